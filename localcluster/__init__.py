@@ -1,0 +1,1 @@
+"""The local reference cluster: real control plane, KWOK nodes, host-run upstream controllers."""

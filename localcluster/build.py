@@ -1,0 +1,183 @@
+"""Build the pinned upstream binaries from Go modules into a cache outside the repo.
+
+Layout under the cache (see mpiplat.versions.cache_dir):
+  bin/<component>/<version>/<binary>   the binaries, plus .complete once all are built
+  build/<component>-<version>/         wrapper modules (go.mod) for the builds that need one
+  logs/build-<component>-<version>.log the go command output of the last build
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from mpiplat.versions import Component, cache_dir, load
+
+
+class BuildError(RuntimeError):
+    """A component failed to build; the message names it and the command to retry."""
+
+
+def bin_dir(comp: Component) -> Path:
+    return cache_dir() / "bin" / comp.name / comp.version
+
+
+def binary(name: str, components: dict[str, Component] | None = None) -> Path:
+    """Path of a built binary by its name (e.g. 'kube-apiserver')."""
+    for comp in (components or load()).values():
+        if name in comp.binaries:
+            return bin_dir(comp) / name
+    raise KeyError(f"no component in the versions file provides binary {name!r}")
+
+
+def _stamp(comp: Component) -> str:
+    return json.dumps(
+        {"version": comp.version, "module": comp.module, "build": comp.build,
+         "binaries": comp.binaries, "ldflags": comp.ldflags},
+        sort_keys=True,
+    )
+
+
+def is_built(comp: Component) -> bool:
+    d = bin_dir(comp)
+    marker = d / ".complete"
+    if not marker.is_file() or marker.read_text() != _stamp(comp):
+        return False
+    return all((d / b).is_file() for b in comp.binaries)
+
+
+def _run(cmd: list[str], cwd: Path, log, env: dict[str, str]) -> None:
+    log.write(f"$ (cd {cwd} && {' '.join(cmd)})\n")
+    log.flush()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+
+
+def _module_info(module: str, version: str, cwd: Path, env: dict[str, str]) -> dict:
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        cwd=cwd, env=env, capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        raise subprocess.CalledProcessError(out.returncode, out.args, out.stdout, out.stderr)
+    info = json.loads(out.stdout)
+    if info.get("Info"):  # the .info file carries Time and Origin (commit hash)
+        info.update(json.loads(Path(info["Info"]).read_text()))
+    return info
+
+
+def _kubernetes_gomod(comp: Component, info: dict) -> str:
+    """Wrapper go.mod: staging modules required at v0.0.0 upstream are replaced by v0.N.P."""
+    upstream = Path(info["GoMod"]).read_text()
+    staging = re.findall(r"^\s*(k8s\.io/[\w.-]+) v0\.0\.0$", upstream, re.M)
+    go_line = re.search(r"^go (\S+)$", upstream, re.M)
+    godebug = re.search(r"^godebug .*$", upstream, re.M)
+    release = "v0." + comp.version.lstrip("v").split(".", 1)[1]
+    lines = [f"module mpiplat.local/{comp.name}", "", f"go {go_line.group(1) if go_line else '1.24.0'}", ""]
+    if godebug:
+        lines += [godebug.group(0), ""]
+    lines += [f"require {comp.module} {comp.version}", ""]
+    lines += [f"replace {m} => {m} {release}" for m in staging] + [""]
+    lines += ["tool ("] + [f"\t{pkg}" for pkg in comp.binaries.values()] + [")", ""]
+    return "\n".join(lines)
+
+
+def _wrapper_gomod(comp: Component) -> str:
+    tools = "\n".join(f"\t{pkg}" for pkg in comp.binaries.values())
+    return (f"module mpiplat.local/{comp.name}\n\ngo 1.24.0\n\n"
+            f"require {comp.module} {comp.version}\n\ntool (\n{tools}\n)\n")
+
+
+def _kubernetes_ldflags(comp: Component, info: dict) -> str:
+    major, minor = comp.version.lstrip("v").split(".")[:2]
+    commit = (info.get("Origin") or {}).get("Hash", "")
+    date = re.sub(r"\.\d+Z$", "Z", info.get("Time", "1970-01-01T00:00:00Z"))
+    flags = []
+    for pkg in ("k8s.io/client-go/pkg/version", "k8s.io/component-base/version"):
+        for key, val in (("gitVersion", comp.version), ("gitMajor", major), ("gitMinor", minor),
+                         ("gitCommit", commit), ("gitTreeState", "clean"), ("buildDate", date)):
+            flags.append(f"-X {pkg}.{key}={val}")
+    return " ".join(flags)
+
+
+def build_component(comp: Component, log) -> None:
+    out = bin_dir(comp)
+    out.mkdir(parents=True, exist_ok=True)
+    work = cache_dir() / "build" / f"{comp.name}-{comp.version}"
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-buildvcs=false", GOWORK="off")
+    ldflags = comp.ldflags.format(version=comp.version)
+    if comp.build == "kubernetes":
+        info = _module_info(comp.module, comp.version, work, env)
+        (work / "go.mod").write_text(_kubernetes_gomod(comp, info))
+        ldflags = f"{ldflags} {_kubernetes_ldflags(comp, info)}".strip()
+    else:
+        (work / "go.mod").write_text(_wrapper_gomod(comp))
+    _run(["go", "mod", "tidy"], work, log, env)
+    for name, pkg in comp.binaries.items():
+        _run(["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(out / name), pkg], work, log, env)
+    (out / ".complete").write_text(_stamp(comp))
+
+
+class _Heartbeat:
+    """Prints a line every `every` seconds while a long build runs."""
+
+    def __init__(self, label: str, stream, every: float = 30.0):
+        self.label, self.every, self.stream = label, every, stream
+        self._stop = threading.Event()
+        self._start = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            print(f"    ... still building {self.label} ({time.monotonic() - self._start:.0f}s)",
+                  file=self.stream, flush=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def build(only: list[str] | None = None, stream=None) -> list[str]:
+    """Build every pinned component not yet in the cache. Returns the names built."""
+    stream = stream or sys.stdout
+    comps = load()
+    unknown = sorted(set(only or []) - set(comps))
+    if unknown:
+        raise BuildError(f"unknown component(s) {', '.join(unknown)}; allowed: {', '.join(comps)}")
+    wanted = [c for c in comps.values() if not only or c.name in only]
+    todo = [c for c in wanted if not is_built(c)]
+    for c in wanted:
+        if c not in todo:
+            print(f"  cached   {c.name} {c.version}", file=stream)
+    logs = cache_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for i, comp in enumerate(todo, 1):
+        log_path = logs / f"build-{comp.name}-{comp.version}.log"
+        print(f"[{i}/{len(todo)}] building {comp.name} {comp.version} "
+              f"({', '.join(comp.binaries)}); log: {log_path}", file=stream, flush=True)
+        start = time.monotonic()
+        try:
+            with open(log_path, "w") as log, _Heartbeat(f"{comp.name}", stream=stream):
+                build_component(comp, log)
+        except (subprocess.CalledProcessError, OSError) as err:
+            tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:]) if log_path.exists() else ""
+            raise BuildError(
+                f"building {comp.name} {comp.version} failed: {err}\n{tail}\n"
+                f"full log: {log_path}\nretry with: mpiplat cluster build --only {comp.name}"
+            ) from err
+        print(f"    done in {time.monotonic() - start:.0f}s", file=stream, flush=True)
+    print(f"binaries: {cache_dir() / 'bin'} ({len(todo)} built, {len(wanted) - len(todo)} cached)",
+          file=stream, flush=True)
+    return [c.name for c in todo]

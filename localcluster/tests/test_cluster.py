@@ -1,0 +1,143 @@
+"""Proofs against the real local reference cluster: real apiserver, real upstream controllers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+from mpiplat import jobs
+from mpiplat.kube import (
+    CLUSTERQUEUE,
+    LOCALQUEUE,
+    MPIJOB,
+    RESOURCEFLAVOR,
+    TRAINJOB,
+    WORKLOAD,
+    Kube,
+    has_condition,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+def _pods(kube: Kube, namespace: str, selector: str = "") -> list:
+    return kube.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def _wait_gone(fn, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fn()
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        time.sleep(0.5)
+    raise TimeoutError(f"still present after {timeout}s")
+
+
+def test_openmpi_mpijob_lifecycle_hostfile_and_ssh_secret(kube, namespace):
+    spec = jobs.MPIJobSpec(name="pi", namespace=namespace, workers=2,
+                           launcher_annotations={jobs.COMPLETE_AFTER: "4s"})
+    kube.create(MPIJOB, jobs.mpijob(spec))
+    seen: list[str] = []
+
+    def progress(obj: dict) -> bool:
+        for ctype in ("Created", "Running", "Succeeded", "Failed"):
+            if has_condition(obj, ctype) and ctype not in seen:
+                seen.append(ctype)
+        return "Succeeded" in seen or "Failed" in seen
+
+    kube.wait_for(MPIJOB, "pi", namespace, progress, timeout=120, what="Succeeded")
+    assert seen == ["Created", "Running", "Succeeded"]
+
+    hostfile = kube.core.read_namespaced_config_map("pi-config", namespace).data["hostfile"].splitlines()
+    assert hostfile == [f"pi-worker-0.pi.{namespace}.svc slots=1", f"pi-worker-1.pi.{namespace}.svc slots=1"]
+    secret = kube.core.read_namespaced_secret("pi-ssh", namespace)
+    assert set(secret.data) >= {"ssh-privatekey", "ssh-publickey"}
+
+    kube.delete(MPIJOB, "pi", namespace)
+    _wait_gone(lambda: kube.core.read_namespaced_secret("pi-ssh", namespace), timeout=60)
+    _wait_gone(lambda: kube.core.read_namespaced_config_map("pi-config", namespace), timeout=60)
+
+
+def test_trainjob_on_mpi_runtime_completes_through_trainer_and_jobset(kube, namespace):
+    kube.create(TRAINJOB, jobs.trainjob(jobs.TrainJobSpec(name="ds", namespace=namespace, num_nodes=2)))
+    done = kube.wait_for(TRAINJOB, "ds", namespace,
+                         lambda o: has_condition(o, "Complete") or has_condition(o, "Failed"),
+                         timeout=120, what="Complete")
+    assert has_condition(done, "Complete"), done.get("status")
+    hostfile = kube.core.read_namespaced_config_map("ds-mpi-hostfile", namespace).data["hostfile"]
+    assert "ds-node-0-0.ds slots=1" in hostfile
+    assert _pods(kube, namespace, "jobset.sigs.k8s.io/jobset-name=ds")
+
+
+def test_kueue_keeps_job_suspended_without_pods_until_admitted(kube, namespace):
+    flavor, cq = f"{namespace}-flavor", f"{namespace}-cq"
+    kube.create(RESOURCEFLAVOR, {"apiVersion": RESOURCEFLAVOR.api_version, "kind": "ResourceFlavor",
+                                 "metadata": {"name": flavor}})
+
+    def quota(gpus: int) -> dict:
+        return {"resourceGroups": [{
+            "coveredResources": ["cpu", "memory", jobs.GPU_RESOURCE],
+            "flavors": [{"name": flavor, "resources": [
+                {"name": "cpu", "nominalQuota": "100"}, {"name": "memory", "nominalQuota": "1000Gi"},
+                {"name": jobs.GPU_RESOURCE, "nominalQuota": gpus}]}]}]}
+
+    kube.create(CLUSTERQUEUE, {"apiVersion": CLUSTERQUEUE.api_version, "kind": "ClusterQueue",
+                               "metadata": {"name": cq},
+                               "spec": {"namespaceSelector": {}, **quota(0)}})
+    try:
+        kube.create(LOCALQUEUE, {"apiVersion": LOCALQUEUE.api_version, "kind": "LocalQueue",
+                                 "metadata": {"name": "lq", "namespace": namespace},
+                                 "spec": {"clusterQueue": cq}})
+        spec = jobs.MPIJobSpec(name="queued", namespace=namespace, workers=2, gpus_per_worker=1, queue="lq")
+        created = kube.create(MPIJOB, jobs.mpijob(spec))
+        assert created["spec"]["runPolicy"]["suspend"] is True  # set by kueue's webhook
+
+        # A Workload appears and stays pending (no GPU quota); the job keeps zero pods.
+        deadline = time.monotonic() + 30
+        while not kube.list(WORKLOAD, namespace) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        workloads = kube.list(WORKLOAD, namespace)
+        assert len(workloads) == 1
+        time.sleep(3)
+        wl = kube.list(WORKLOAD, namespace)[0]
+        assert not has_condition(wl, "QuotaReserved") and not has_condition(wl, "Admitted")
+        assert kube.get(MPIJOB, "queued", namespace)["spec"]["runPolicy"]["suspend"] is True
+        assert _pods(kube, namespace) == []
+
+        kube.patch(CLUSTERQUEUE, cq, {"spec": quota(8)})
+        done = kube.wait_for(MPIJOB, "queued", namespace,
+                             lambda o: has_condition(o, "Succeeded") or has_condition(o, "Failed"),
+                             timeout=120, what="Succeeded after admission")
+        assert has_condition(done, "Succeeded"), done.get("status")
+        assert has_condition(kube.list(WORKLOAD, namespace)[0], "Admitted")
+    finally:
+        kube.delete(MPIJOB, "queued", namespace)
+        kube.delete(LOCALQUEUE, "lq", namespace)
+        kube.delete(CLUSTERQUEUE, cq)
+        kube.delete(RESOURCEFLAVOR, flavor)
+
+
+def test_failure_injection_sets_reason_and_exit_code(kube, namespace):
+    spec = jobs.MPIJobSpec(
+        name="oom", namespace=namespace, workers=2,
+        launcher_annotations={jobs.COMPLETE_AFTER: "60s"},
+        worker_labels={jobs.FAIL_LABEL: "true"},
+        worker_annotations={jobs.FAIL_REASON: "OOMKilled", jobs.FAIL_EXIT_CODE: "137", jobs.FAIL_DELAY: "1s"})
+    kube.create(MPIJOB, jobs.mpijob(spec))
+    selector = "training.kubeflow.org/job-name=oom,training.kubeflow.org/job-role=worker"
+    w = watch.Watch()
+    terminated = None
+    for ev in w.stream(kube.core.list_namespaced_pod, namespace, label_selector=selector, timeout_seconds=90):
+        statuses = ev["object"].status.container_statuses or []
+        if ev["object"].status.phase == "Failed" and statuses and statuses[0].state.terminated:
+            terminated = statuses[0].state.terminated
+            w.stop()
+    assert terminated is not None, "no worker failed within 90s"
+    assert (terminated.reason, terminated.exit_code) == ("OOMKilled", 137)

@@ -1,0 +1,99 @@
+"""Unit tests: versions file, node pools, job builder, build cache and webhook rewriting (no cluster)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from localcluster import build, nodes
+from mpiplat import jobs, versions
+
+
+def test_versions_file_pins_every_component():
+    comps = versions.load()
+    assert {"kubernetes", "etcd", "kwok", "helm", "mpi-operator", "kueue", "jobset", "trainer"} <= set(comps)
+    assert comps["kubernetes"].minor == "1.34"
+    assert comps["etcd"].version.startswith("v3.5.")
+    assert comps["kwok"].version.startswith("v0.8.")
+    assert comps["mpi-operator"].version.startswith("v0.8.")
+    assert comps["kueue"].version.startswith("v0.19.")
+    assert comps["jobset"].version.startswith("v0.12.")
+    assert comps["trainer"].version.startswith("v2.3.")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"components": {"x": {"version": "1.0", "module": "m", "build": "wrapper"}}}, "must look like vX.Y.Z"),
+    ({"components": {"x": {"version": "v1.0.0", "module": "m", "build": "make"}}}, "allowed: kubernetes, wrapper"),
+    ({"components": {"x": {"version": "v1.0.0", "build": "wrapper"}}}, "components.x.module is required"),
+    ({"components": {}}, "non-empty mapping"),
+])
+def test_versions_file_errors_name_the_field(tmp_path, spec, message):
+    path = tmp_path / "versions.yml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(versions.VersionsError, match=message):
+        versions.load(path)
+
+
+def test_default_node_pools_have_gpu_and_cpu_nodes():
+    objs = nodes.manifests(nodes.load())
+    gpu = [n for n in objs if nodes.GPU_RESOURCE in n["status"]["allocatable"]]
+    cpu = [n for n in objs if nodes.GPU_RESOURCE not in n["status"]["allocatable"]]
+    assert len(gpu) == 4 and len(cpu) == 1
+    assert all(n["status"]["allocatable"][nodes.GPU_RESOURCE] == "8" for n in gpu)
+    assert all(n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in gpu)
+    assert {n["metadata"]["labels"][nodes.ZONE_LABEL] for n in gpu} == {"zone-a", "zone-b"}
+    assert len({n["metadata"]["labels"][nodes.RACK_LABEL] for n in gpu}) == 4
+
+
+@pytest.mark.parametrize("pool, message", [
+    ({"name": "gpu", "count": -1, "gpus": 8, "zones": ["a"], "racks": ["r"]}, r"pools\[0\].count is -1"),
+    ({"name": "GPU", "count": 1, "gpus": 8, "zones": ["a"], "racks": ["r"]}, r"pools\[0\].name is 'GPU'"),
+    ({"name": "gpu", "count": 1, "gpus": "8", "zones": ["a"], "racks": ["r"]}, r"pools\[0\].gpus is '8'"),
+    ({"name": "gpu", "count": 1, "gpus": 8, "zones": [], "racks": ["r"]}, r"pools\[0\].zones is \[\]"),
+])
+def test_bad_node_pools_are_rejected(tmp_path, pool, message):
+    path = tmp_path / "pools.yml"
+    path.write_text(yaml.safe_dump({"pools": [pool]}))
+    with pytest.raises(nodes.NodePoolError, match=message):
+        nodes.load(path)
+
+
+def test_mpijob_builder_wires_workers_slots_queue_and_gpus():
+    job = jobs.mpijob(jobs.MPIJobSpec(name="pi", namespace="ns", workers=3, slots_per_worker=2,
+                                      gpus_per_worker=1, queue="team-a"))
+    assert job["metadata"]["labels"][jobs.QUEUE_LABEL] == "team-a"
+    spec = job["spec"]
+    assert spec["slotsPerWorker"] == 2
+    assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"][jobs.GPU_RESOURCE] == "1"
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["command"][:5] == ["mpirun", "--allow-run-as-root", "-np", "6", "--bind-to"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"name": "a.b"}, "name 'a.b' is invalid"),
+    ({"name": "ok", "workers": 0}, "workers is 0"),
+    ({"name": "ok", "implementation": "LAM"}, "allowed: OpenMPI, Intel, MPICH"),
+])
+def test_mpijob_builder_rejects_bad_input(kwargs, message):
+    with pytest.raises(jobs.JobSpecError, match=message):
+        jobs.mpijob(jobs.MPIJobSpec(**kwargs))
+
+
+def test_build_is_skipped_when_cached(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MPIPLAT_CACHE", str(tmp_path))
+    comp = versions.load()["helm"]
+    d = build.bin_dir(comp)
+    d.mkdir(parents=True)
+    (d / "helm").write_text("")
+    assert not build.is_built(comp)
+    (d / ".complete").write_text(build._stamp(comp))
+    assert build.is_built(comp)
+    assert build.build(only=["helm"]) == []
+    assert "cached   helm" in capsys.readouterr().out
+
+
+def test_build_rejects_unknown_component():
+    with pytest.raises(build.BuildError, match="unknown component.*nope.*allowed: kubernetes"):
+        build.build(only=["nope"])

@@ -1,0 +1,1 @@
+"""mpiplat: installer and conformance suite for MPI training on Kubernetes."""

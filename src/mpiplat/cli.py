@@ -1,0 +1,80 @@
+"""The `mpiplat` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cluster_build(args) -> int:
+    from localcluster.build import BuildError, build
+
+    try:
+        build(only=args.only)
+    except BuildError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cluster(args) -> int:
+    from localcluster import cluster
+
+    try:
+        if args.action == "up":
+            cluster.up(node_pools=args.node_pools)
+        elif args.action == "down":
+            cluster.down()
+        elif args.action == "status":
+            report = cluster.status()
+            if args.json:
+                print(json.dumps(report, indent=2))
+            else:
+                cluster.print_status(report)
+            return 0 if report["healthy"] else 1
+        elif args.action == "env":
+            print(f"export KUBECONFIG={cluster.kubeconfig_path()}")
+    except cluster.ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _demo(args) -> int:
+    from localcluster import demo
+
+    return demo.run()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mpiplat", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("cluster", help="the local reference cluster")
+    csub = c.add_subparsers(dest="action", required=True)
+    b = csub.add_parser("build", help="build the pinned upstream binaries into the cache")
+    b.add_argument("--only", action="append", metavar="COMPONENT",
+                   help="build only this component (repeatable)")
+    b.set_defaults(func=_cluster_build)
+    u = csub.add_parser("up", help="start the cluster (idempotent)")
+    u.add_argument("--node-pools", metavar="FILE", help="node-pool spec (default: localcluster/nodepools.yml)")
+    u.set_defaults(func=_cluster)
+    csub.add_parser("down", help="stop everything and remove the cluster (idempotent)").set_defaults(
+        func=_cluster)
+    s = csub.add_parser("status", help="health of each component")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_cluster)
+    csub.add_parser("env", help="print the KUBECONFIG to export").set_defaults(func=_cluster)
+
+    sub.add_parser("demo", help="run an MPIJob on the local reference cluster").set_defaults(func=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The one place that builds job manifests: MPIJob (kubeflow.org/v2beta1) and TrainJob.
+
+Tests, the demo and the conformance suite all call these functions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MPIJOB_API = "kubeflow.org/v2beta1"
+TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Local reference cluster (KWOK) behaviour, read by localcluster/stages.yaml.
+COMPLETE_AFTER = "mpiplat.io/complete-after"  # annotation: Go duration until a Job pod succeeds
+FAIL_LABEL = "mpiplat.io/inject-failure"  # label "true": the pod's container fails
+FAIL_REASON = "mpiplat.io/failure-reason"  # annotation, e.g. OOMKilled
+FAIL_EXIT_CODE = "mpiplat.io/failure-exit-code"  # annotation, e.g. "137"
+FAIL_DELAY = "mpiplat.io/failure-delay"  # annotation, Go duration
+
+IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
+DEFAULT_IMAGES = {
+    "OpenMPI": "mpioperator/openmpi:v0.8.2",
+    "Intel": "mpioperator/intel:v0.8.2",
+    "MPICH": "mpioperator/mpich:v0.8.2",
+}
+# Per implementation: the command line that starts ranks, and the environment that points it
+# at the operator's hostfile (/etc/mpi/hostfile) and a non-root SSH setup.
+_LAUNCH = {
+    "OpenMPI": (["mpirun", "--allow-run-as-root", "-np", "{np}", "--bind-to", "none"],
+                {"OMPI_MCA_orte_keep_fqdn_hostnames": "true", "OMPI_MCA_plm_rsh_args":
+                 "-o ConnectionAttempts=10 -o StrictHostKeyChecking=no -p 2222"}),
+    "Intel": (["mpirun", "-n", "{np}", "-ppn", "{slots}"],
+              {"I_MPI_HYDRA_HOST_FILE": "/etc/mpi/hostfile", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS":
+               "-o StrictHostKeyChecking=no -p 2222", "I_MPI_DEBUG": "0"}),
+    "MPICH": (["mpirun", "-n", "{np}", "-ppn", "{slots}"],
+              {"HYDRA_HOST_FILE": "/etc/mpi/hostfile", "HYDRA_LAUNCHER_EXTRA_ARGS":
+               "-o StrictHostKeyChecking=no -p 2222"}),
+}
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class JobSpecError(ValueError):
+    """Bad job parameters; the message names the field, the value and what is allowed."""
+
+
+@dataclass
+class MPIJobSpec:
+    name: str
+    namespace: str = "default"
+    workers: int = 2
+    slots_per_worker: int = 1
+    implementation: str = "OpenMPI"
+    image: str | None = None
+    command: list[str] = field(default_factory=lambda: ["hostname"])
+    gpus_per_worker: int = 0
+    cpu: str = "100m"
+    memory: str = "128Mi"
+    queue: str | None = None
+    suspend: bool = False
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    launcher_annotations: dict[str, str] = field(default_factory=dict)
+    worker_labels: dict[str, str] = field(default_factory=dict)
+    worker_annotations: dict[str, str] = field(default_factory=dict)
+    ssh_auth_mount_path: str = "/home/mpiuser/.ssh"
+    run_as_user: int = 1000
+    backoff_limit: int = 0
+    clean_pod_policy: str = "Running"
+    priority_class: str | None = None
+
+
+def _check(spec: MPIJobSpec) -> None:
+    if not NAME_RE.match(spec.name):
+        raise JobSpecError(f"name {spec.name!r} is invalid; allowed: a DNS-1035 label "
+                           "(lower-case letters, digits, '-', starting with a letter, no dots)")
+    if spec.implementation not in IMPLEMENTATIONS:
+        raise JobSpecError(f"implementation {spec.implementation!r} is unknown; "
+                           f"allowed: {', '.join(IMPLEMENTATIONS)}")
+    for fname in ("workers", "slots_per_worker"):
+        val = getattr(spec, fname)
+        if not isinstance(val, int) or val < 1:
+            raise JobSpecError(f"{fname} is {val!r}; allowed: an integer >= 1")
+    if spec.gpus_per_worker < 0:
+        raise JobSpecError(f"gpus_per_worker is {spec.gpus_per_worker}; allowed: an integer >= 0")
+
+
+def launcher_command(implementation: str, np: int, slots: int, program: list[str]) -> list[str]:
+    """mpirun command line for `implementation` running `program` on `np` ranks."""
+    argv, _ = _LAUNCH[implementation]
+    return [a.format(np=np, slots=slots) for a in argv] + program
+
+
+def mpijob(spec: MPIJobSpec) -> dict:
+    """An MPIJob v2beta1 manifest."""
+    _check(spec)
+    image = spec.image or DEFAULT_IMAGES[spec.implementation]
+    _, env = _LAUNCH[spec.implementation]
+    np = spec.workers * spec.slots_per_worker
+    security = {"runAsUser": spec.run_as_user, "runAsNonRoot": spec.run_as_user != 0}
+    worker_resources = {"cpu": spec.cpu, "memory": spec.memory}
+    limits = dict(worker_resources)
+    if spec.gpus_per_worker:
+        limits[GPU_RESOURCE] = str(spec.gpus_per_worker)
+    pod_spec_common = {
+        "automountServiceAccountToken": False,
+        **({"nodeSelector": dict(spec.node_selector)} if spec.node_selector else {}),
+        **({"tolerations": list(spec.tolerations)} if spec.tolerations else {}),
+        **({"priorityClassName": spec.priority_class} if spec.priority_class else {}),
+    }
+    launcher = {
+        "replicas": 1,
+        "template": {
+            "metadata": {"labels": {"sidecar.istio.io/inject": "false"},
+                         "annotations": dict(spec.launcher_annotations)},
+            "spec": {
+                **pod_spec_common,
+                "containers": [{
+                    "name": "launcher",
+                    "image": image,
+                    "command": launcher_command(spec.implementation, np, spec.slots_per_worker,
+                                                spec.command),
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "securityContext": security,
+                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                  "limits": {"cpu": "500m", "memory": "256Mi"}},
+                }],
+            },
+        },
+    }
+    worker = {
+        "replicas": spec.workers,
+        "template": {
+            "metadata": {"labels": {"sidecar.istio.io/inject": "false", **spec.worker_labels},
+                         "annotations": dict(spec.worker_annotations)},
+            "spec": {
+                **pod_spec_common,
+                "containers": [{
+                    "name": "worker",
+                    "image": image,
+                    "command": ["/usr/sbin/sshd", "-De", "-p", "2222"],
+                    "securityContext": security,
+                    "resources": {"requests": worker_resources, "limits": limits},
+                }],
+            },
+        },
+    }
+    labels = dict(spec.labels)
+    if spec.queue:
+        labels[QUEUE_LABEL] = spec.queue
+    return {
+        "apiVersion": MPIJOB_API,
+        "kind": "MPIJob",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels},
+        "spec": {
+            "slotsPerWorker": spec.slots_per_worker,
+            "mpiImplementation": spec.implementation,
+            "sshAuthMountPath": spec.ssh_auth_mount_path,
+            # Start mpirun only once every worker's sshd is ready (avoids the launcher racing workers).
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "runPolicy": {"cleanPodPolicy": spec.clean_pod_policy, "suspend": spec.suspend,
+                          "backoffLimit": spec.backoff_limit},
+            "mpiReplicaSpecs": {"Launcher": launcher, "Worker": worker},
+        },
+    }
+
+
+@dataclass
+class TrainJobSpec:
+    name: str
+    namespace: str = "default"
+    runtime: str = "deepspeed-distributed"
+    num_nodes: int = 2
+    command: list[str] | None = None
+    image: str | None = None
+    queue: str | None = None
+    suspend: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def trainjob(spec: TrainJobSpec) -> dict:
+    """A TrainJob (trainer.kubeflow.org/v1alpha1) on a ClusterTrainingRuntime."""
+    if not NAME_RE.match(spec.name):
+        raise JobSpecError(f"name {spec.name!r} is invalid; allowed: a DNS-1035 label")
+    if not isinstance(spec.num_nodes, int) or spec.num_nodes < 1:
+        raise JobSpecError(f"num_nodes is {spec.num_nodes!r}; allowed: an integer >= 1")
+    trainer: dict = {"numNodes": spec.num_nodes}
+    if spec.command:
+        trainer["command"] = list(spec.command)
+    if spec.image:
+        trainer["image"] = spec.image
+    labels = dict(spec.labels)
+    if spec.queue:
+        labels[QUEUE_LABEL] = spec.queue
+    body: dict = {"runtimeRef": {"name": spec.runtime, "kind": "ClusterTrainingRuntime",
+                                 "apiGroup": "trainer.kubeflow.org"},
+                  "trainer": trainer}
+    if spec.suspend:
+        body["suspend"] = True
+    return {
+        "apiVersion": TRAINJOB_API,
+        "kind": "TrainJob",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels,
+                     "annotations": dict(spec.annotations)},
+        "spec": body,
+    }

@@ -1,0 +1,118 @@
+"""Small helpers over the `kubernetes` client: clients, custom resources, watches."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+MPIJOB = Kind("kubeflow.org", "v2beta1", "mpijobs")
+TRAINJOB = Kind("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "jobsets")
+WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "workloads")
+CLUSTERQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues")
+RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors")
+
+
+class Kube:
+    """One API client plus the typed and custom-object APIs on it."""
+
+    def __init__(self, kubeconfig: str, context: str | None = None):
+        self.api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+        self.core = client.CoreV1Api(self.api_client)
+        self.batch = client.BatchV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.apiext = client.ApiextensionsV1Api(self.api_client)
+
+    # ---- custom objects
+    def create(self, kind: Kind, obj: dict) -> dict:
+        ns = obj["metadata"].get("namespace")
+        if ns:
+            return self.custom.create_namespaced_custom_object(kind.group, kind.version, ns, kind.plural, obj)
+        return self.custom.create_cluster_custom_object(kind.group, kind.version, kind.plural, obj)
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict:
+        if namespace:
+            return self.custom.get_namespaced_custom_object(kind.group, kind.version, namespace,
+                                                            kind.plural, name)
+        return self.custom.get_cluster_custom_object(kind.group, kind.version, kind.plural, name)
+
+    def patch(self, kind: Kind, name: str, body: dict, namespace: str | None = None) -> dict:
+        if namespace:
+            return self.custom.patch_namespaced_custom_object(kind.group, kind.version, namespace,
+                                                              kind.plural, name, body)
+        return self.custom.patch_cluster_custom_object(kind.group, kind.version, kind.plural, name, body)
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+        try:
+            if namespace:
+                self.custom.delete_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name,
+                    body=client.V1DeleteOptions(propagation_policy="Foreground"))
+            else:
+                self.custom.delete_cluster_custom_object(kind.group, kind.version, kind.plural, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def list(self, kind: Kind, namespace: str, label_selector: str = "") -> list[dict]:
+        return self.custom.list_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural,
+                                                         label_selector=label_selector)["items"]
+
+    def watch_object(self, kind: Kind, name: str, namespace: str, timeout: float) -> Iterator[dict]:
+        """Yield the object now and at every change until `timeout` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lst = self.custom.list_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, field_selector=f"metadata.name={name}")
+            yield from lst["items"]
+            w = watch.Watch()
+            remaining = max(1, int(deadline - time.monotonic()))
+            for ev in w.stream(self.custom.list_namespaced_custom_object, kind.group, kind.version,
+                               namespace, kind.plural, field_selector=f"metadata.name={name}",
+                               resource_version=lst["metadata"]["resourceVersion"],
+                               timeout_seconds=remaining):
+                if ev["type"] in ("ADDED", "MODIFIED"):
+                    yield ev["object"]
+                if time.monotonic() >= deadline:
+                    w.stop()
+                    break
+
+    def wait_for(self, kind: Kind, name: str, namespace: str, predicate: Callable[[dict], bool],
+                 timeout: float, what: str = "") -> dict:
+        """Watch until predicate(obj) holds; raise TimeoutError with the last state otherwise."""
+        last: dict | None = None
+        for obj in self.watch_object(kind, name, namespace, timeout):
+            last = obj
+            if predicate(obj):
+                return obj
+        raise TimeoutError(f"{kind.plural}/{namespace}/{name}: {what or 'condition'} not reached in "
+                           f"{timeout:.0f}s; last status: {(last or {}).get('status')}")
+
+
+def condition(obj: dict, ctype: str) -> dict | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def has_condition(obj: dict, ctype: str) -> bool:
+    c = condition(obj, ctype)
+    return bool(c and c.get("status") == "True")

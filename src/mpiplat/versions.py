@@ -1,0 +1,69 @@
+"""Read the one pinned versions file (localcluster/tools/versions.yml)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VERSIONS_FILE = REPO_ROOT / "localcluster" / "tools" / "versions.yml"
+BUILD_KINDS = ("kubernetes", "wrapper")
+
+
+class VersionsError(ValueError):
+    """The versions file is malformed."""
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    version: str
+    module: str
+    build: str
+    binaries: dict[str, str]
+    ldflags: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def minor(self) -> str:
+        """"v1.34.4" -> "1.34"."""
+        return ".".join(self.version.lstrip("v").split(".")[:2])
+
+
+def cache_dir() -> Path:
+    """Build cache outside the repo; MPIPLAT_CACHE overrides."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mpiplat"
+    return Path(os.environ.get("MPIPLAT_CACHE", default))
+
+
+def load(path: Path = VERSIONS_FILE) -> dict[str, Component]:
+    data = yaml.safe_load(path.read_text())
+    comps = (data or {}).get("components")
+    if not isinstance(comps, dict) or not comps:
+        raise VersionsError(f"{path}: 'components' must be a non-empty mapping")
+    out: dict[str, Component] = {}
+    for name, spec in comps.items():
+        where = f"{path}: components.{name}"
+        if not isinstance(spec, dict):
+            raise VersionsError(f"{where} must be a mapping, got {spec!r}")
+        for key in ("version", "module", "build"):
+            if not isinstance(spec.get(key), str) or not spec[key]:
+                raise VersionsError(f"{where}.{key} is required (a non-empty string), got {spec.get(key)!r}")
+        if not spec["version"].startswith("v"):
+            raise VersionsError(f"{where}.version must look like vX.Y.Z, got {spec['version']!r}")
+        if spec["build"] not in BUILD_KINDS:
+            raise VersionsError(f"{where}.build is {spec['build']!r}; allowed: {', '.join(BUILD_KINDS)}")
+        known = {"version", "module", "build", "binaries", "ldflags"}
+        out[name] = Component(
+            name=name,
+            version=spec["version"],
+            module=spec["module"],
+            build=spec["build"],
+            binaries=dict(spec.get("binaries") or {}),
+            ldflags=spec.get("ldflags", ""),
+            extra={k: v for k, v in spec.items() if k not in known},
+        )
+    return out
