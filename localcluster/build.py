@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -114,12 +115,17 @@ def build_component(comp: Component, log) -> None:
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-buildvcs=false", GOWORK="off")
     ldflags = comp.ldflags.format(version=comp.version)
+    info = _module_info(comp.module, comp.version, work, env)
     if comp.build == "kubernetes":
-        info = _module_info(comp.module, comp.version, work, env)
         (work / "go.mod").write_text(_kubernetes_gomod(comp, info))
         ldflags = f"{ldflags} {_kubernetes_ldflags(comp, info)}".strip()
     else:
         (work / "go.mod").write_text(_wrapper_gomod(comp))
+    # Seed go.sum with the pinned module's own: some dependencies (e.g. kueue's
+    # sigs.k8s.io/scheduler-library pre-release) are not in the checksum database.
+    upstream_sum = Path(info["Dir"]) / "go.sum"
+    if upstream_sum.is_file():
+        shutil.copyfile(upstream_sum, work / "go.sum")
     _run(["go", "mod", "tidy"], work, log, env)
     for name, pkg in comp.binaries.items():
         _run(["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(out / name), pkg], work, log, env)

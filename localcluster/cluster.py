@@ -281,7 +281,8 @@ def _files(comp: Component, key: str) -> list[Path]:
 
 
 def crds(comps: dict[str, Component]) -> list[dict]:
-    return _docs([f for c in comps.values() for f in _files(c, "crds")])
+    docs = _docs([f for c in comps.values() for f in _files(c, "crds")])
+    return [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
 
 
 # Webhooks served for the integrations we enable; kueue's pod/deployment/statefulset and other
@@ -492,6 +493,10 @@ def down() -> None:
     busy = [p for p in all_ports() if _port_open(p)]
     if busy:
         raise ClusterError(f"ports still in use after down: {busy}")
+    ours = state_dir() / "pki" / "tls.crt"
+    theirs = KUEUE_METRICS_CERTS / "tls.crt"
+    if ours.is_file() and theirs.is_file() and ours.read_bytes() == theirs.read_bytes():
+        shutil.rmtree(KUEUE_METRICS_CERTS, ignore_errors=True)
     shutil.rmtree(state_dir(), ignore_errors=True)
     _say("cluster down: no process or port left")
 

@@ -1,0 +1,55 @@
+"""The `mpiplat cluster` commands against the running local cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from localcluster import cluster
+
+pytestmark = pytest.mark.cluster
+
+
+def _mpiplat(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mpiplat.cli", *args], capture_output=True, text=True)
+
+
+def test_status_reports_every_component_healthy(kube):
+    proc = _mpiplat("cluster", "status", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    expected = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
+                "mpi-operator", "kueue", "jobset", "trainer-controller-manager"}
+    assert set(report["components"]) == expected
+    assert all(c["healthy"] for c in report["components"].values()), report
+
+
+def test_env_prints_a_working_kubeconfig(kube):
+    proc = _mpiplat("cluster", "env")
+    assert proc.returncode == 0
+    line = proc.stdout.strip()
+    assert line == f"export KUBECONFIG={cluster.kubeconfig_path()}"
+    assert cluster.kubeconfig_path().is_file()
+
+
+def test_up_again_is_idempotent_and_restarts_nothing(kube):
+    before = {name: c["pid"] for name, c in cluster.status()["components"].items()}
+    start = time.monotonic()
+    proc = _mpiplat("cluster", "up")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "already running" in proc.stdout
+    after = {name: c["pid"] for name, c in cluster.status()["components"].items()}
+    assert after == before
+    assert time.monotonic() - start < 60
+
+
+def test_versions_reported_by_the_apiserver_match_the_pin(kube):
+    from kubernetes import client
+
+    from mpiplat.versions import load
+
+    assert client.VersionApi(kube.api_client).get_code().git_version == load()["kubernetes"].version

@@ -1,0 +1,20 @@
+"""`mpiplat cluster down` (runs last: it stops the session's cluster)."""
+
+from __future__ import annotations
+
+import pytest
+
+from localcluster import cluster
+
+pytestmark = pytest.mark.cluster
+
+
+def test_down_leaves_no_process_or_port_and_is_idempotent(kube):
+    pids = [c["pid"] for c in cluster.status()["components"].values() if c["pid"]]
+    assert pids
+    cluster.down()
+    assert not any(cluster._alive(pid) for pid in pids)
+    assert not [p for p in cluster.all_ports() if cluster._port_open(p)]
+    assert not cluster.state_dir().exists()
+    cluster.down()  # a second down is a no-op
+    assert not cluster.status()["healthy"]
