@@ -515,15 +515,28 @@ def status() -> dict:
                            "healthy": running and _http_ok(ctl.health_url), "log": str(log_file(ctl.name))}
     for c in comps.values():
         c.setdefault("healthy", c["running"])
+        c["rss_mib"] = _rss_mib(c["pid"]) if c["running"] else 0
     return {"kubeconfig": str(kubeconfig_path()), "healthy": all(c["healthy"] for c in comps.values()),
-            "components": comps}
+            "rss_mib": sum(c["rss_mib"] for c in comps.values()), "components": comps}
+
+
+def _rss_mib(pid: int) -> int:
+    """Resident memory of a process, MiB (0 if unknown)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
 
 
 def print_status(report: dict) -> None:
     for name, c in report["components"].items():
         state = "healthy" if c["healthy"] else ("running, not healthy" if c["running"] else "stopped")
-        print(f"  {name:28} {state}")
-    print(f"cluster: {'healthy' if report['healthy'] else 'NOT healthy'}; KUBECONFIG={report['kubeconfig']}")
+        print(f"  {name:28} {state:22} {c['rss_mib']:>5} MiB")
+    print(f"cluster: {'healthy' if report['healthy'] else 'NOT healthy'}; resident memory "
+          f"{report['rss_mib']} MiB; KUBECONFIG={report['kubeconfig']}")
 
 
 if __name__ == "__main__":  # pragma: no cover
