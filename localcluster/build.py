@@ -162,7 +162,7 @@ def build(only: list[str] | None = None, stream=None) -> list[str]:
     unknown = sorted(set(only or []) - set(comps))
     if unknown:
         raise BuildError(f"unknown component(s) {', '.join(unknown)}; allowed: {', '.join(comps)}")
-    wanted = [c for c in comps.values() if not only or c.name in only]
+    wanted = [c for c in comps.values() if c.build != "none" and (not only or c.name in only)]
     todo = [c for c in wanted if not is_built(c)]
     for c in wanted:
         if c not in todo:

@@ -325,7 +325,7 @@ def webhook_configs(comps: dict[str, Component], ca: bytes) -> list[dict]:
 
 def training_runtimes(comps: dict[str, Component]) -> list[dict]:
     comp = comps["trainer"]
-    tag = comp.extra.get("runtime_image_tag", comp.version)
+    tag = comp.version
     objs = _docs(_files(comp, "runtimes"))
     for obj in objs:
         for rjob in obj["spec"]["template"]["spec"]["replicatedJobs"]:

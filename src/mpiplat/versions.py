@@ -10,7 +10,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = REPO_ROOT / "localcluster" / "tools" / "versions.yml"
-BUILD_KINDS = ("kubernetes", "wrapper")
+BUILD_KINDS = ("kubernetes", "wrapper", "none")
 
 
 class VersionsError(ValueError):
