@@ -1,4 +1,4 @@
-"""`mpiplat cluster down` (runs last: it stops the session's cluster)."""
+"""`mpiplat cluster down` (marked last: it stops the session's cluster)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from localcluster import cluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.last]
 
 
 def test_down_leaves_no_process_or_port_and_is_idempotent(kube):
