@@ -23,12 +23,17 @@ demo: build
 	$(BIN)/mpiplat cluster up
 	$(BIN)/mpiplat demo
 
+# Lint, then the tests (unit, local cluster, playbooks, charts, MPI workloads), then the molecule
+# scenario against the local cluster. pytest's last test stops the cluster it started.
 test: build lint
+	$(BIN)/mpiplat cluster up
+	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/molecule test -s default
 	$(BIN)/pytest
 
 lint: setup
-	$(BIN)/ruff check src localcluster conformance
+	$(BIN)/ruff check src localcluster conformance charts playbooks conftest.py
 	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint
 
 clean-cluster: setup
 	$(BIN)/mpiplat cluster down

@@ -31,9 +31,11 @@ def test_status_reports_every_component_healthy(kube):
 def test_env_prints_a_working_kubeconfig(kube):
     proc = _mpiplat("cluster", "env")
     assert proc.returncode == 0
-    line = proc.stdout.strip()
-    assert line == f"export KUBECONFIG={cluster.kubeconfig_path()}"
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"export KUBECONFIG={cluster.kubeconfig_path()}"
     assert cluster.kubeconfig_path().is_file()
+    helm = lines[1].removeprefix("export MPIPLAT_HELM=")
+    assert subprocess.run([helm, "version", "--short"], capture_output=True).returncode == 0
 
 
 def test_up_again_is_idempotent_and_restarts_nothing(kube):

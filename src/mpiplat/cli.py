@@ -34,7 +34,10 @@ def _cluster(args) -> int:
                 cluster.print_status(report)
             return 0 if report["healthy"] else 1
         elif args.action == "env":
+            from localcluster.build import binary
+
             print(f"export KUBECONFIG={cluster.kubeconfig_path()}")
+            print(f"export MPIPLAT_HELM={binary('helm')}")
     except cluster.ClusterError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -65,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     s = csub.add_parser("status", help="health of each component")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cluster)
-    csub.add_parser("env", help="print the KUBECONFIG to export").set_defaults(func=_cluster)
+    csub.add_parser("env", help="print the KUBECONFIG (and the helm binary) to export").set_defaults(func=_cluster)
 
     sub.add_parser("demo", help="run an MPIJob on the local reference cluster").set_defaults(func=_demo)
     return p
