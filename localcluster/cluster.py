@@ -9,7 +9,6 @@ State lives outside the repo in $MPIPLAT_STATE (default ~/.local/state/mpiplat):
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import signal
@@ -25,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from localcluster import build, certs, nodes
-from mpiplat.versions import Component, load
+from mpiplat.versions import Component, VersionsError, load, module_dir
 
 NAME = "mpiplat"
 STAGES = Path(__file__).with_name("stages.yaml")
@@ -248,21 +247,6 @@ def apply(objs: list[dict]) -> None:
                 "-f", "-", input=yaml.safe_dump_all(objs))
 
 
-_module_dirs: dict[str, Path] = {}
-
-
-def module_dir(comp: Component) -> Path:
-    """Directory of a pinned module's files, from the Go module cache (downloaded if needed)."""
-    key = f"{comp.module}@{comp.version}"
-    if key not in _module_dirs:
-        out = subprocess.run(["go", "mod", "download", "-json", key], capture_output=True, text=True,
-                             env=dict(os.environ, GOFLAGS="-mod=mod"), cwd=state_dir())
-        if out.returncode != 0:
-            raise ClusterError(f"cannot fetch module {key}: {out.stdout.strip()} {out.stderr.strip()}")
-        _module_dirs[key] = Path(json.loads(out.stdout)["Dir"])
-    return _module_dirs[key]
-
-
 def _docs(paths: list[Path]) -> list[dict]:
     objs = []
     for p in paths:
@@ -273,7 +257,10 @@ def _docs(paths: list[Path]) -> list[dict]:
 def _files(comp: Component, key: str) -> list[Path]:
     pats = comp.extra.get(key) or []
     pats = [pats] if isinstance(pats, str) else pats
-    root = module_dir(comp)
+    try:
+        root = module_dir(comp)
+    except VersionsError as err:
+        raise ClusterError(str(err)) from err
     found = [Path(f) for pat in pats for f in sorted(glob.glob(str(root / pat)))]
     if pats and not found:
         raise ClusterError(f"{comp.name} {comp.version}: no files match {pats} in {root}")
@@ -387,7 +374,9 @@ def _wait(what: str, ok, timeout: float, hint: str) -> None:
         time.sleep(0.25)
 
 
-def up(node_pools: str | None = None) -> None:
+def up(node_pools: str | None = None, bare: bool = False) -> None:
+    """Start (or reuse) the cluster. bare: control plane and nodes only, no upstream CRDs or
+    controllers, for installing the upstream components with Helm (molecule scenario `helm`)."""
     start = time.monotonic()
     comps = load()
     build.build()
@@ -415,11 +404,15 @@ def up(node_pools: str | None = None) -> None:
               f"see {kwok_workdir() / 'clusters' / NAME / 'logs'}")
     _say(f"  kube-apiserver ready ({time.monotonic() - start:.1f}s)")
 
-    apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in NAMESPACES])
     apply(nodes.manifests(pools))
     _say(f"  nodes: {sum(p['count'] for p in pools)} fake nodes from {len(pools)} pool(s)")
 
+    if bare:
+        _say(f"bare cluster up in {time.monotonic() - start:.1f}s (no upstream CRDs or controllers); "
+             f"export KUBECONFIG={kubeconfig_path()}")
+        return
     crd_objs = crds(comps)
+    apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in NAMESPACES])
     apply(crd_objs)
     kubectl("wait", "--for=condition=Established", "--timeout=60s",
             *[f"crd/{c['metadata']['name']}" for c in crd_objs])

@@ -23,7 +23,7 @@ def _cluster(args) -> int:
 
     try:
         if args.action == "up":
-            cluster.up(node_pools=args.node_pools)
+            cluster.up(node_pools=args.node_pools, bare=args.bare)
         elif args.action == "down":
             cluster.down()
         elif args.action == "status":
@@ -39,6 +39,27 @@ def _cluster(args) -> int:
             print(f"export KUBECONFIG={cluster.kubeconfig_path()}")
             print(f"export MPIPLAT_HELM={binary('helm')}")
     except cluster.ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _bundle(args) -> int:
+    from pathlib import Path
+
+    from mpiplat import bundle
+
+    try:
+        if args.checksums_only:
+            bundle.write_checksums(Path(args.dir))
+            print(f"rewrote {Path(args.dir) / 'SHA256SUMS'}")
+        elif args.verify:
+            bad = bundle.verify(Path(args.dir))
+            print("bundle intact" if not bad else "checksum mismatch: " + ", ".join(bad))
+            return 1 if bad else 0
+        else:
+            bundle.make(Path(args.dir))
+    except (bundle.BundleError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
@@ -62,6 +83,8 @@ def parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_cluster_build)
     u = csub.add_parser("up", help="start the cluster (idempotent)")
     u.add_argument("--node-pools", metavar="FILE", help="node-pool spec (default: localcluster/nodepools.yml)")
+    u.add_argument("--bare", action="store_true",
+                   help="control plane and nodes only: no upstream CRDs or controllers (for Helm installs)")
     u.set_defaults(func=_cluster)
     csub.add_parser("down", help="stop everything and remove the cluster (idempotent)").set_defaults(
         func=_cluster)
@@ -69,6 +92,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cluster)
     csub.add_parser("env", help="print the KUBECONFIG (and the helm binary) to export").set_defaults(func=_cluster)
+
+    bd = sub.add_parser("bundle", help="build an offline bundle of the pinned charts and manifests")
+    bd.add_argument("dir", help="new or empty directory")
+    bd.add_argument("--verify", action="store_true", help="check an existing bundle against SHA256SUMS")
+    bd.add_argument("--checksums-only", action="store_true",
+                    help="rewrite SHA256SUMS of an existing bundle (after adding a chart by hand)")
+    bd.set_defaults(func=_bundle)
 
     sub.add_parser("demo", help="run an MPIJob on the local reference cluster").set_defaults(func=_demo)
     return p

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +28,10 @@ class Component:
     binaries: dict[str, str]
     ldflags: str = ""
     extra: dict = field(default_factory=dict)
+
+    def expand(self, text: str) -> str:
+        """Fill {version} (v1.2.3) and {number} (1.2.3) placeholders."""
+        return text.replace("{version}", self.version).replace("{number}", self.version.lstrip("v"))
 
     @property
     def minor(self) -> str:
@@ -67,3 +73,19 @@ def load(path: Path = VERSIONS_FILE) -> dict[str, Component]:
             extra={k: v for k, v in spec.items() if k not in known},
         )
     return out
+
+
+_module_dirs: dict[str, Path] = {}
+
+
+def module_dir(comp: Component) -> Path:
+    """Directory of a pinned module's files in the Go module cache (downloaded through the proxy)."""
+    key = f"{comp.module}@{comp.version}"
+    if key not in _module_dirs:
+        out = subprocess.run(["go", "mod", "download", "-json", key], capture_output=True, text=True,
+                             env=dict(os.environ, GOFLAGS="-mod=mod"), cwd=Path.home())
+        if out.returncode != 0:
+            raise VersionsError(f"cannot fetch module {key} through the Go module proxy: "
+                                f"{out.stdout.strip()} {out.stderr.strip()}")
+        _module_dirs[key] = Path(json.loads(out.stdout)["Dir"])
+    return _module_dirs[key]
