@@ -18,16 +18,26 @@ $(VENV)/.installed: pyproject.toml
 build: setup
 	$(BIN)/mpiplat cluster build
 
-# Start the local reference cluster and show an MPIJob run through the real mpi-operator.
+# Start the local reference cluster, run the installer against it, and show an MPIJob run
+# through the real mpi-operator.
 demo: build
 	$(BIN)/mpiplat cluster up
+	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/ansible-playbook -i inventories/local playbooks/site.yml
 	$(BIN)/mpiplat demo
 
-# Lint, then the tests (unit, local cluster, playbooks, charts, MPI workloads), then the molecule
-# scenario against the local cluster. pytest's last test stops the cluster it started.
+BUNDLE ?= /tmp/mpiplat-test-bundle
+
+# Lint; molecule `default` on the local cluster; molecule `helm` on a bare local cluster from a
+# fresh bundle; then pytest (unit, local cluster, playbooks, charts, MPI workloads), which starts the
+# full cluster again and stops it with its last test.
 test: build lint
 	$(BIN)/mpiplat cluster up
 	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/molecule test -s default
+	$(BIN)/mpiplat cluster down
+	$(BIN)/mpiplat cluster up --bare
+	rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE)
+	eval "$$($(BIN)/mpiplat cluster env)" && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm
+	$(BIN)/mpiplat cluster down
 	$(BIN)/pytest
 
 lint: setup
