@@ -1,0 +1,19 @@
+"""Workload programs (standalone MPI scripts), their result-line parser and local MPI venvs.
+
+The programs (allreduce.py, pingpong.py, pi.py) are run as scripts under mpiexec and are
+shipped alone (e.g. by ConfigMap) into MPI images; results.py parses what they print;
+mpienv.py prepares local Open MPI, MPICH and Intel MPI venvs to run them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PROGRAMS: tuple[str, ...] = ("allreduce", "pingpong", "pi")
+
+
+def program_path(name: str) -> Path:
+    """The script of workload program ``name``."""
+    if name not in PROGRAMS:
+        raise ValueError(f"unknown workload program {name!r}; allowed: {', '.join(PROGRAMS)}")
+    return Path(__file__).resolve().parent / f"{name}.py"

@@ -1,0 +1,122 @@
+"""Allreduce(SUM) correctness check; every rank verifies the global sum.
+
+Usage: mpiexec -n 4 python allreduce.py [--counts 1,1000,262144] [--dtypes float64,int64]
+
+Rank r contributes x_r[i] = (r + 1) * 1000 + (i % 997), so every element of the sum is
+known in closed form: 1000 * n(n+1)/2 + n * (i % 997). All values are integers well
+below 2**53, so float64 sums are exact and the comparison is exact equality.
+
+For each (dtype, count) case rank 0 prints one line
+``MPIPLAT_RESULT {"program": "allreduce", "check": "pass"|"fail", "ranks": n, ...}`` and a
+short human line. Exits 1 on every rank if any rank saw a wrong element.
+
+``--inject-wrong-rank R`` (or MPIPLAT_INJECT_WRONG_RANK=R) makes rank R add 1 to the first
+element of its contribution, to prove the check fails.
+
+Standalone on purpose (shipped into MPI images): imports only mpi4py, numpy and the stdlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+PROGRAM = "allreduce"
+PREFIX = "MPIPLAT_RESULT"
+
+
+def emit(record: dict) -> None:
+    print(f"{PREFIX} {json.dumps(record, sort_keys=True)}", flush=True)
+
+
+def int_list(text: str) -> list[int]:
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env_inject = os.environ.get("MPIPLAT_INJECT_WRONG_RANK")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", type=int_list, default=[1, 1000, 262144],
+                        help="element counts to reduce, comma-separated (default: 1,1000,262144)")
+    parser.add_argument("--dtypes", default="float64,int64",
+                        help="numpy dtypes, comma-separated (default: float64,int64)")
+    parser.add_argument("--iterations", type=int, default=5, help="timed Allreduce calls per case (default: 5)")
+    parser.add_argument("--inject-wrong-rank", type=int, default=int(env_inject) if env_inject else None,
+                        metavar="R", help="rank R contributes a wrong value (proves the check fails)")
+    args = parser.parse_args(argv)
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    for name in args.dtypes:
+        if name not in ("float64", "float32", "int64", "int32"):
+            parser.error(f"--dtypes: {name!r} not one of float64, float32, int64, int32")
+    if args.iterations < 1:
+        parser.error("--iterations must be >= 1")
+    return args
+
+
+def contribution(rank: int, count: int, dtype: str) -> np.ndarray:
+    return ((rank + 1) * 1000 + np.arange(count, dtype=np.int64) % 997).astype(dtype)
+
+
+def expected_sum(size: int, count: int, dtype: str) -> np.ndarray:
+    return (1000 * size * (size + 1) // 2 + size * (np.arange(count, dtype=np.int64) % 997)).astype(dtype)
+
+
+def main(argv: list[str] | None = None) -> int:
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    args = parse_args(argv)
+    inject = args.inject_wrong_rank
+    if inject is not None and not 0 <= inject < size:
+        if rank == 0:
+            print(f"allreduce: --inject-wrong-rank {inject} is not a rank of this {size}-rank job", file=sys.stderr)
+        return 2
+    library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0]
+    all_ok = True
+    for dtype in args.dtypes:
+        for count in args.counts:
+            send = contribution(rank, count, dtype)
+            if inject == rank:
+                send[0] += 1
+            recv = np.empty_like(send)
+            comm.Barrier()
+            elapsed = 0.0
+            for _ in range(args.iterations):
+                recv.fill(0)
+                start = MPI.Wtime()
+                comm.Allreduce(send, recv, op=MPI.SUM)
+                elapsed += MPI.Wtime() - start
+            want = expected_sum(size, count, dtype)
+            wrong = np.flatnonzero(recv != want)
+            mine = {"rank": rank, "wrong": int(wrong.size),
+                    "first": None if wrong.size == 0 else
+                    {"index": int(wrong[0]), "got": recv[wrong[0]].item(), "want": want[wrong[0]].item()},
+                    "time_us": elapsed / args.iterations * 1e6}
+            if wrong.size:
+                print(f"allreduce: rank {rank}: {wrong.size}/{count} {dtype} elements wrong, first at "
+                      f"[{wrong[0]}]: got {recv[wrong[0]]}, want {want[wrong[0]]}", file=sys.stderr, flush=True)
+            # Verdicts travel by pickled allgather, not by the Allreduce under test.
+            everyone = comm.allgather(mine)
+            failed = [v["rank"] for v in everyone if v["wrong"]]
+            all_ok = all_ok and not failed
+            if rank == 0:
+                first = next((v["first"] for v in everyone if v["first"]), None)
+                emit({"program": PROGRAM, "check": "fail" if failed else "pass", "ranks": size,
+                      "dtype": dtype, "count": count, "bytes": int(send.nbytes), "iterations": args.iterations,
+                      "avg_time_us": round(max(v["time_us"] for v in everyone), 3),
+                      "failed_ranks": failed, "wrong_elements": sum(v["wrong"] for v in everyone),
+                      "first_mismatch": first, "injected_wrong_rank": inject, "mpi_library": library})
+                verdict = "PASS" if not failed else f"FAIL (wrong on ranks {failed})"
+                print(f"allreduce {dtype} x {count} on {size} ranks: {verdict}", flush=True)
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

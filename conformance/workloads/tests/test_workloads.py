@@ -1,0 +1,115 @@
+"""The workload programs under a real mpiexec with Open MPI, MPICH and Intel MPI from PyPI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from conformance.workloads import mpienv, results
+from conformance.workloads.results import CheckFailed
+
+from .conftest import Run
+
+pytestmark = pytest.mark.mpi
+
+IMPLS = mpienv.IMPLS
+Runner = Callable[..., Run]
+
+COUNTS = (1, 1000, 65536)
+DTYPES = ("float64", "int64")
+
+
+def _assert_ran_with(run: Run, records: list[results.Result]) -> None:
+    libraries = {r["mpi_library"] for r in records}
+    assert len(libraries) == 1 and libraries.pop().startswith(mpienv.LIBRARY_PREFIX[run.impl]), run.output
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_allreduce_sum_is_correct_on_every_rank(run_workload: Runner, impl: str, nranks: int) -> None:
+    run = run_workload(impl, nranks, "allreduce", "--counts", ",".join(map(str, COUNTS)))
+    assert run.returncode == 0, run.output
+    records = results.assert_passed(run.results, "allreduce", ranks=nranks)
+    assert sorted((r["dtype"], r["count"]) for r in records) == sorted((d, c) for d in DTYPES for c in COUNTS)
+    for r in records:
+        assert r["wrong_elements"] == 0 and r["failed_ranks"] == [] and r["first_mismatch"] is None
+        assert r["avg_time_us"] > 0
+    _assert_ran_with(run, records)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_allreduce_check_fails_when_a_rank_contributes_a_wrong_value(run_workload: Runner, impl: str) -> None:
+    run = run_workload(impl, 3, "allreduce", "--counts", "1,1000", "--inject-wrong-rank", "1")
+    assert run.returncode != 0, run.output
+    assert len(run.results) == 4
+    for r in run.results:
+        assert r["check"] == "fail" and r["injected_wrong_rank"] == 1
+        # Every rank verified and every rank saw exactly the one corrupted element, off by one.
+        assert r["failed_ranks"] == [0, 1, 2] and r["wrong_elements"] == 3
+        assert r["first_mismatch"]["index"] == 0
+        assert r["first_mismatch"]["got"] == r["first_mismatch"]["want"] + 1
+    assert "elements wrong" in run.stderr
+    with pytest.raises(CheckFailed, match="allreduce: 4/4 result"):
+        results.assert_passed(run.results, "allreduce")
+
+
+def test_allreduce_wrong_contribution_can_be_injected_by_environment(run_workload: Runner) -> None:
+    run = run_workload("openmpi", 2, "allreduce", "--counts", "10", "--dtypes", "float64",
+                       env={"MPIPLAT_INJECT_WRONG_RANK": "0"})
+    assert run.returncode != 0, run.output
+    [record] = run.results
+    assert record["check"] == "fail" and record["injected_wrong_rank"] == 0 and record["failed_ranks"] == [0, 1]
+
+
+def test_allreduce_refuses_to_inject_into_a_rank_that_does_not_exist(run_workload: Runner) -> None:
+    run = run_workload("mpich", 2, "allreduce", "--inject-wrong-rank", "5")
+    assert run.returncode == 2, run.output
+    assert "not a rank of this 2-rank job" in run.stderr
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_pingpong_reports_latency_and_bandwidth_per_size(run_workload: Runner, impl: str, nranks: int) -> None:
+    run = run_workload(impl, nranks, "pingpong", "--max-size", str(1 << 20), "--iterations", "50")
+    assert run.returncode == 0, run.output
+    records = results.assert_passed(run.results, "pingpong", ranks=nranks)
+    assert [r["size_bytes"] for r in records] == [1 << k for k in range(21)]
+    for r in records:
+        assert r["data_ok"] is True and r["iterations"] == 50
+        assert r["latency_us"] > 0 and r["latency_median_us"] > 0 and r["bandwidth_MBps"] > 0
+    # Broadly, bandwidth grows with size: large messages move far more bytes per second than tiny ones.
+    small = max(r["bandwidth_MBps"] for r in records if r["size_bytes"] <= 8)
+    large = max(r["bandwidth_MBps"] for r in records if r["size_bytes"] >= 256 * 1024)
+    assert large > 10 * small, run.stdout
+    _assert_ran_with(run, records)
+    assert "size_bytes" in run.stdout  # the human table header
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_pingpong_with_one_rank_says_it_needs_two(run_workload: Runner, impl: str) -> None:
+    run = run_workload(impl, 1, "pingpong")
+    assert run.returncode == 2, run.output
+    [record] = run.results
+    assert record["check"] == "fail" and record["ranks"] == 1
+    assert "needs at least 2 ranks" in record["error"] and "needs at least 2 ranks" in run.stderr
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_pi_estimate_is_within_tolerance(run_workload: Runner, impl: str, nranks: int) -> None:
+    run = run_workload(impl, nranks, "pi", "--intervals", "2000000", "--tolerance", "1e-9")
+    assert run.returncode == 0, run.output
+    [record] = results.assert_passed(run.results, "pi", ranks=nranks)
+    assert record["abs_error"] < 1e-9 and abs(record["estimate"] - 3.141592653589793) < 1e-9
+    assert record["intervals"] == 2_000_000 and record["failed_ranks"] == []
+    _assert_ran_with(run, [record])
+
+
+def test_pi_check_fails_when_the_error_exceeds_the_tolerance(run_workload: Runner) -> None:
+    # 10 midpoint intervals are off by about 8.3e-4, far above 1e-6.
+    run = run_workload("intel", 2, "pi", "--intervals", "10", "--tolerance", "1e-6")
+    assert run.returncode != 0, run.output
+    [record] = run.results
+    assert record["check"] == "fail" and record["failed_ranks"] == [0, 1]
+    assert 8e-4 < record["abs_error"] < 9e-4
