@@ -1,0 +1,90 @@
+"""Conformance settings: load, validate against settings.schema.json, fill defaults."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA = json.loads((Path(__file__).with_name("settings.schema.json")).read_text())
+LOCAL = Path(__file__).with_name("settings") / "local.yml"
+
+
+class SettingsError(ValueError):
+    """Invalid settings; the message names the field, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    namespace: str
+    queue: str | None
+    cluster_queue: str | None
+
+
+@dataclass(frozen=True)
+class Settings:
+    teams: list[Team]
+    namespace_prefix: str
+    gpu_resource: str
+    node_selector: dict[str, str]
+    tolerations: list[dict]
+    images: dict[str, str]
+    capabilities: dict[str, bool]
+    thresholds: dict[str, float]
+    source: str = ""
+    raw: dict = field(default_factory=dict)
+
+
+def _defaults(schema: dict) -> dict:
+    return {k: v["default"] for k, v in schema.get("properties", {}).items() if "default" in v}
+
+
+def parse(data: dict, source: str = "<settings>") -> Settings:
+    validator = jsonschema.Draft7Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise SettingsError(f"{source}: settings field {where}: {err.message}")
+    props = SCHEMA["properties"]
+    teams = [Team(name=t["name"], namespace=t.get("namespace", t["name"]),
+                  queue=t.get("queue", f"{t['name']}-queue"), cluster_queue=t.get("cluster_queue", t["name"]))
+             for t in data["teams"]]
+    names = [t.name for t in teams]
+    if len(set(names)) != len(names):
+        raise SettingsError(f"{source}: settings field teams: duplicate team names {names}")
+    thresholds = {**_defaults(props["thresholds"]), **data.get("thresholds", {})}
+    if thresholds["min_workers"] > thresholds["max_workers"]:
+        raise SettingsError(f"{source}: settings field thresholds.min_workers ({thresholds['min_workers']}) is above "
+                            f"thresholds.max_workers ({thresholds['max_workers']})")
+    from mpiplat.jobs import DEFAULT_IMAGES
+
+    return Settings(
+        teams=teams,
+        namespace_prefix=data.get("namespace_prefix", props["namespace_prefix"]["default"]),
+        gpu_resource=data.get("gpu_resource", props["gpu_resource"]["default"]),
+        node_selector=dict(data.get("node_selector", {})),
+        tolerations=list(data.get("tolerations", [])),
+        images={**DEFAULT_IMAGES, **data.get("images", {})},
+        capabilities=dict(data.get("capabilities", {})),
+        thresholds=thresholds,
+        source=source,
+        raw=data,
+    )
+
+
+def load(path: str | Path | None = None) -> Settings:
+    path = Path(path) if path else LOCAL
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise SettingsError(f"cannot read settings file {path}: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise SettingsError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: settings must be a mapping, got {type(data).__name__}")
+    return parse(data, str(path))

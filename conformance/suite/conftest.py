@@ -1,0 +1,187 @@
+"""The conformance suite's pytest plugin: options, requirement ids, capabilities, throwaway
+namespaces, figures and reports.
+
+    pytest conformance/suite [--kubeconfig K] [--context C] [--profile simulated|cluster|gpu|preflight]
+        [--settings FILE] [--only IDS] [--keep] [--report-dir D] [--capability NAME=true|false]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance import capabilities as caps
+from conformance import report
+from conformance.run import Run
+from conformance.settings import SettingsError, load
+from mpiplat.kube import Kube
+
+PROFILES = {
+    "preflight": lambda where: False,  # only tests marked read_only
+    "simulated": lambda where: "sim" in where,
+    "cluster": lambda where: "sim" in where or "real" in where,
+    "gpu": lambda where: True,
+}
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("mpiplat conformance")
+    g.addoption("--kubeconfig", help="kubeconfig of the cluster under test (default: the local reference cluster)")
+    g.addoption("--context", help="kubeconfig context")
+    g.addoption("--profile", default="simulated", choices=sorted(PROFILES),
+                help="which requirements run (default simulated)")
+    g.addoption("--settings", help="settings file (default conformance/settings/local.yml)")
+    g.addoption("--only", help="comma-separated requirement ids, e.g. JOB-01,FAIL-03")
+    g.addoption("--keep", action="store_true", help="keep the run's namespaces for debugging")
+    g.addoption("--report-dir", default="reports/conformance", help="where reports go")
+    g.addoption("--capability", action="append", default=[], metavar="NAME=BOOL",
+                help=f"override a detected capability ({', '.join(caps.NAMES)})")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "requirement(id, needs=[]): the catalog id a test proves")
+    config.addinivalue_line("markers", "read_only: the test changes nothing (runs in the preflight profile)")
+    # SIGTERM ends the run like Ctrl-C, so fixtures' cleanup runs.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        config._mpiplat_settings = load(config.getoption("--settings"))
+    except SettingsError as err:
+        raise pytest.UsageError(str(err)) from err
+    config._mpiplat_outcomes = []
+    config._mpiplat_started = time.monotonic()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _requirement(item) -> tuple[str, list[str]] | None:
+    mark = item.get_closest_marker("requirement")
+    if not mark:
+        return None
+    return mark.args[0], list(mark.kwargs.get("needs", []))
+
+
+def pytest_collection_modifyitems(config, items):
+    profile = config.getoption("--profile")
+    only = {i.strip().upper() for i in (config.getoption("--only") or "").split(",") if i.strip()}
+    unknown = only - set(report.CATALOG)
+    if unknown:
+        raise pytest.UsageError(f"--only: unknown requirement id(s) {sorted(unknown)}; see conformance/catalog.yml")
+    keep, drop = [], []
+    for item in items:
+        req = _requirement(item)
+        if req is None:
+            raise pytest.UsageError(f"{item.nodeid} carries no requirement id (@pytest.mark.requirement)")
+        rid = req[0]
+        if rid not in report.CATALOG:
+            raise pytest.UsageError(f"{item.nodeid}: requirement {rid} is not in conformance/catalog.yml")
+        where = report.CATALOG[rid]["where"]
+        in_profile = PROFILES[profile](where) or (profile == "preflight" and item.get_closest_marker("read_only"))
+        (keep if in_profile and (not only or rid in only) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def settings(pytestconfig):
+    return pytestconfig._mpiplat_settings
+
+
+@pytest.fixture(scope="session")
+def kube(pytestconfig, request):
+    path = pytestconfig.getoption("--kubeconfig") or os.environ.get("MPIPLAT_CONFORMANCE_KUBECONFIG")
+    if not path:
+        from localcluster import cluster
+
+        if not cluster.status()["healthy"]:
+            cluster.up()
+        path = str(cluster.kubeconfig_path())
+    pytestconfig._mpiplat_cluster = Path(path).name
+    return Kube(path, pytestconfig.getoption("--context"))
+
+
+@pytest.fixture(scope="session")
+def capabilities(pytestconfig, kube, settings):
+    overrides = dict(settings.capabilities)
+    for spec in pytestconfig.getoption("--capability"):
+        name, _, value = spec.partition("=")
+        if name not in caps.NAMES or value.lower() not in ("true", "false"):
+            raise pytest.UsageError(f"--capability {spec!r}: allowed NAME=true|false with NAME in {caps.NAMES}")
+        overrides[name] = value.lower() == "true"
+    found = caps.detect(kube, settings.gpu_resource, overrides)
+    pytestconfig._mpiplat_capabilities = found.as_dict()
+    return found
+
+
+@pytest.fixture(scope="session")
+def run(pytestconfig, kube, settings, capabilities):
+    r = Run(kube, settings, keep=pytestconfig.getoption("--keep"))
+    pytestconfig._mpiplat_run = r
+    if pytestconfig.getoption("--profile") == "preflight":
+        r.namespace = _read_only  # type: ignore[method-assign]
+    yield r
+    left = r.cleanup()
+    if left:
+        raise RuntimeError(f"namespaces left after cleanup: {left}")
+
+
+def _read_only(*_args, **_kwargs):
+    raise RuntimeError("the preflight profile is read-only: this test may not create namespaces")
+
+
+@pytest.fixture(autouse=True)
+def _needs(request, capabilities):
+    req = _requirement(request.node)
+    if req:
+        missing = capabilities.missing(req[1])
+        if missing:
+            pytest.skip(f"{req[0]}: " + "; ".join(
+                f"{caps.WHY_NOT[m]} (capability {m} is false; override with --capability {m}=true)" for m in missing))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    req = _requirement(item)
+    if req is None or not (rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed")):
+        return
+    message = ""
+    if rep.outcome == "skipped" and isinstance(rep.longrepr, tuple):
+        message = rep.longrepr[2].removeprefix("Skipped: ")
+    elif rep.outcome == "failed":
+        message = str(getattr(rep.longrepr, "reprcrash", None) and rep.longrepr.reprcrash.message or rep.longrepr)
+    item.config._mpiplat_outcomes.append({
+        "requirement": req[0], "name": item.name, "status": rep.outcome, "duration_s": rep.duration,
+        "message": message, "diagnosis": getattr(item, "_mpiplat_diagnosis", ""),
+    })
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    outcomes = config._mpiplat_outcomes
+    if not outcomes:
+        return
+    run = getattr(config, "_mpiplat_run", None)
+    meta = {"run_id": run.id if run else None, "started": report.now(), "profile": config.getoption("--profile"),
+            "cluster": getattr(config, "_mpiplat_cluster", ""), "settings": config._mpiplat_settings.source,
+            "capabilities": getattr(config, "_mpiplat_capabilities", {}),
+            "duration_s": time.monotonic() - config._mpiplat_started}
+    out = Path(config.getoption("--report-dir"))
+    data = report.write(out, outcomes, run.figures if run else [], meta)
+    s = data["summary"]
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr:
+        tr.write_sep("=", "mpiplat conformance")
+        for rid, r in data["requirements"].items():
+            first = r["message"].splitlines()[0][:90] if r["message"] else ""
+            tr.write_line(f"  {rid:9} {r['status'].upper():8} {first}")
+        tr.write_line(f"requirements: {s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped "
+                      f"in {meta['duration_s']:.0f}s; reports in {out}/ (report.html, report.md, results.json, "
+                      f"junit.xml, checklist.md)")
