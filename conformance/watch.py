@@ -1,0 +1,69 @@
+"""Watch-based timing helpers for the suite (no sleep loops where a figure is measured)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kubernetes import watch
+
+from mpiplat.kube import Kind, Kube, has_condition
+
+JOB_LABEL = "training.kubeflow.org/job-name"
+ROLE_LABEL = "training.kubeflow.org/job-role"
+
+
+def submit(kube: Kube, kind: Kind, manifest: dict) -> tuple[dict, float]:
+    """Create the object; returns it and the API call's latency in seconds."""
+    start = time.monotonic()
+    obj = kube.create(kind, manifest)
+    return obj, time.monotonic() - start
+
+
+def condition_times(kube: Kube, kind: Kind, name: str, namespace: str, until: tuple[str, ...],
+                    timeout: float, start: float | None = None) -> dict[str, float]:
+    """Seconds from `start` (default now) at which each condition type was first seen True,
+    watching until one of `until` is True. Order of insertion is the order seen."""
+    start = start if start is not None else time.monotonic()
+    seen: dict[str, float] = {}
+
+    def check(obj: dict) -> bool:
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c.get("status") == "True" and c["type"] not in seen:
+                seen[c["type"]] = time.monotonic() - start
+        return any(has_condition(obj, u) for u in until)
+
+    kube.wait_for(kind, name, namespace, check, timeout, what=" or ".join(until))
+    return seen
+
+
+def wait_pods(kube: Kube, namespace: str, selector: str, done: Callable[[list], bool], timeout: float) -> list:
+    """Watch pods matching `selector` until done(pods) holds; returns the pods."""
+    pods = {p.metadata.name: p for p in kube.core.list_namespaced_pod(namespace, label_selector=selector).items}
+    if done(list(pods.values())):
+        return list(pods.values())
+    deadline = time.monotonic() + timeout
+    w = watch.Watch()
+    while time.monotonic() < deadline:
+        for ev in w.stream(kube.core.list_namespaced_pod, namespace, label_selector=selector,
+                           timeout_seconds=max(1, int(deadline - time.monotonic()))):
+            pod = ev["object"]
+            if ev["type"] == "DELETED":
+                pods.pop(pod.metadata.name, None)
+            else:
+                pods[pod.metadata.name] = pod
+            if done(list(pods.values())):
+                w.stop()
+                return list(pods.values())
+    raise TimeoutError(f"pods {namespace}/{selector}: condition not reached in {timeout:.0f}s; "
+                       f"{[(p.metadata.name, p.status.phase) for p in pods.values()]}")
+
+
+def all_running(count: int) -> Callable[[list], bool]:
+    return lambda pods: len(pods) >= count and all(p.status.phase == "Running" for p in pods)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
+    return ordered[k]
