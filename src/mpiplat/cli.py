@@ -65,6 +65,36 @@ def _bundle(args) -> int:
     return 0
 
 
+def _conformance(args) -> int:
+    from mpiplat.versions import REPO_ROOT
+
+    argv = [sys.executable, "-m", "pytest", str(REPO_ROOT / "conformance" / "suite"), "-p", "no:cacheprovider",
+            "-q", f"--profile={args.profile}", f"--report-dir={args.report_dir}", "--rootdir", str(REPO_ROOT)]
+    for flag in ("kubeconfig", "context", "settings", "only"):
+        if getattr(args, flag):
+            argv.append(f"--{flag}={getattr(args, flag)}")
+    argv += ["--keep"] if args.keep else []
+    argv += [f"--capability={c}" for c in args.capability]
+    import subprocess
+
+    return subprocess.call(argv)
+
+
+def _diagnose(args) -> int:
+    from localcluster import cluster
+    from mpiplat.diagnose import diagnose
+    from mpiplat.kube import Kube
+
+    namespace, _, name = args.job.partition("/")
+    if not name:
+        print(f"error: expected NAMESPACE/JOB, got {args.job!r}", file=sys.stderr)
+        return 2
+    kube = Kube(args.kubeconfig or str(cluster.kubeconfig_path()), args.context)
+    found = diagnose(kube, namespace, name, args.gpu_resource)
+    print(json.dumps(found.__dict__, indent=2) if args.json else found)
+    return 0
+
+
 def _demo(args) -> int:
     from localcluster import demo
 
@@ -99,6 +129,27 @@ def parser() -> argparse.ArgumentParser:
     bd.add_argument("--checksums-only", action="store_true",
                     help="rewrite SHA256SUMS of an existing bundle (after adding a chart by hand)")
     bd.set_defaults(func=_bundle)
+
+    cf = sub.add_parser("conformance", help="the conformance suite")
+    cfsub = cf.add_subparsers(dest="action", required=True)
+    cr = cfsub.add_parser("run", help="run the suite against a cluster and write its reports")
+    cr.add_argument("--kubeconfig", help="cluster under test (default: the local reference cluster)")
+    cr.add_argument("--context")
+    cr.add_argument("--profile", default="simulated", choices=["simulated", "cluster", "gpu", "preflight"])
+    cr.add_argument("--settings", help="settings file (default conformance/settings/local.yml)")
+    cr.add_argument("--only", help="comma-separated requirement ids")
+    cr.add_argument("--keep", action="store_true", help="keep the run's namespaces")
+    cr.add_argument("--report-dir", default="reports/conformance")
+    cr.add_argument("--capability", action="append", default=[], metavar="NAME=BOOL")
+    cr.set_defaults(func=_conformance)
+
+    dg = sub.add_parser("diagnose", help="root cause and remedy for a job")
+    dg.add_argument("job", metavar="NAMESPACE/JOB")
+    dg.add_argument("--kubeconfig")
+    dg.add_argument("--context")
+    dg.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    dg.add_argument("--json", action="store_true")
+    dg.set_defaults(func=_diagnose)
 
     sub.add_parser("demo", help="run an MPIJob on the local reference cluster").set_defaults(func=_demo)
     return p
