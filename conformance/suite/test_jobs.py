@@ -25,15 +25,25 @@ def _spec(settings, name: str, namespace: str, **kw) -> jobs.MPIJobSpec:
 
 
 @pytest.mark.parametrize("implementation, line", IMPLEMENTATIONS)
-def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, settings, implementation, line):
+def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, settings, capabilities,
+                                                                  implementation, line):
+    """The allreduce workload (delivered by ConfigMap) runs on 3 workers x 2 slots; where pods run
+    for real, the program's own check must pass on all 6 ranks."""
     ns = run.namespace()
+    kube.core.create_namespaced_config_map(ns, jobs.workloads_configmap(ns))
     spec = _spec(settings, "hello", ns, implementation=implementation, workers=3, slots_per_worker=2,
-                 launcher_annotations={jobs.COMPLETE_AFTER: "4s"})
+                 workload="allreduce", launcher_annotations={jobs.COMPLETE_AFTER: "4s"})
     kube.create(MPIJOB, jobs.mpijob(spec))
-    seen = condition_times(kube, MPIJOB, "hello", ns, until=("Succeeded", "Failed"), timeout=180)
+    seen = condition_times(kube, MPIJOB, "hello", ns, until=("Succeeded", "Failed"), timeout=300)
     assert list(seen)[:3] == ["Created", "Running", "Succeeded"], seen
     hostfile = kube.core.read_namespaced_config_map("hello-config", ns).data["hostfile"].splitlines()
     assert hostfile == [line.format(host=f"hello-worker-{i}.hello.{ns}.svc", slots=2) for i in range(3)]
+    if capabilities.pod_network:
+        from conformance.workloads import results
+
+        launcher = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=hello,{ROLE_LABEL}=launcher").items
+        log = kube.core.read_namespaced_pod_log(launcher[-1].metadata.name, ns)
+        results.assert_passed(results.parse(log), "allreduce", ranks=6)
 
 
 @pytest.mark.requirement("JOB-04")

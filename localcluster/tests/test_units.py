@@ -97,3 +97,21 @@ def test_build_is_skipped_when_cached(tmp_path, monkeypatch, capsys):
 def test_build_rejects_unknown_component():
     with pytest.raises(build.BuildError, match="unknown component.*nope.*allowed: kubernetes"):
         build.build(only=["nope"])
+
+
+def test_workload_jobs_mount_the_programs_and_run_them_under_mpirun():
+    job = jobs.mpijob(jobs.MPIJobSpec(name="ar", implementation="MPICH", workers=2, slots_per_worker=2,
+                                      workload="allreduce", workload_args=["--count", "8"]))
+    replicas = job["spec"]["mpiReplicaSpecs"]
+    launcher = replicas["Launcher"]["template"]["spec"]
+    assert launcher["containers"][0]["command"] == ["mpirun", "-n", "4", "-ppn", "2", "python3",
+                                                    "/opt/mpiplat/allreduce.py", "--count", "8"]
+    for role in ("Launcher", "Worker"):
+        pod = replicas[role]["template"]["spec"]
+        assert pod["volumes"] == [{"name": "workloads", "configMap": {"name": jobs.WORKLOADS_CONFIGMAP}}]
+        assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/opt/mpiplat"
+    cm = jobs.workloads_configmap("ns")
+    assert set(cm["data"]) == {"allreduce.py", "pingpong.py", "pi.py"}
+    assert "MPIPLAT_RESULT" in cm["data"]["allreduce.py"]
+    with pytest.raises(jobs.JobSpecError, match="workload 'nope' is unknown; allowed: allreduce"):
+        jobs.mpijob(jobs.MPIJobSpec(name="x", workload="nope"))

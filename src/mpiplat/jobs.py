@@ -40,6 +40,19 @@ _LAUNCH = {
                "-o StrictHostKeyChecking=no -p 2222"}),
 }
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Workload programs (conformance/workloads/*.py) reach upstream images through this ConfigMap.
+WORKLOADS_CONFIGMAP = "mpiplat-workloads"
+WORKLOADS_DIR = "/opt/mpiplat"
+
+
+def workloads_configmap(namespace: str) -> dict:
+    """The ConfigMap holding every workload program, mounted at WORKLOADS_DIR by `workload` jobs."""
+    from conformance.workloads import PROGRAMS, program_path
+
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": WORKLOADS_CONFIGMAP, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/part-of": "mpiplat"}},
+            "data": {f"{p}.py": program_path(p).read_text() for p in PROGRAMS}}
 
 
 class JobSpecError(ValueError):
@@ -55,6 +68,10 @@ class MPIJobSpec:
     implementation: str = "OpenMPI"
     image: str | None = None
     command: list[str] = field(default_factory=lambda: ["hostname"])
+    # A workload program run by the launcher's mpirun instead of `command`, e.g. "allreduce";
+    # needs workloads_configmap(namespace) in the namespace and an image with python3 + mpi4py.
+    workload: str | None = None
+    workload_args: list[str] = field(default_factory=list)
     gpus_per_worker: int = 0
     cpu: str = "100m"
     memory: str = "128Mi"
@@ -84,6 +101,11 @@ def _check(spec: MPIJobSpec) -> None:
         val = getattr(spec, fname)
         if not isinstance(val, int) or val < 1:
             raise JobSpecError(f"{fname} is {val!r}; allowed: an integer >= 1")
+    if spec.workload is not None:
+        from conformance.workloads import PROGRAMS
+
+        if spec.workload not in PROGRAMS:
+            raise JobSpecError(f"workload {spec.workload!r} is unknown; allowed: {', '.join(PROGRAMS)}")
     if spec.gpus_per_worker < 0:
         raise JobSpecError(f"gpus_per_worker is {spec.gpus_per_worker}; allowed: an integer >= 0")
 
@@ -105,8 +127,15 @@ def mpijob(spec: MPIJobSpec) -> dict:
     limits = dict(worker_resources)
     if spec.gpus_per_worker:
         limits[GPU_RESOURCE] = str(spec.gpus_per_worker)
+    program = spec.command
+    volumes, mounts = [], []
+    if spec.workload:
+        program = ["python3", f"{WORKLOADS_DIR}/{spec.workload}.py", *spec.workload_args]
+        volumes = [{"name": "workloads", "configMap": {"name": WORKLOADS_CONFIGMAP}}]
+        mounts = [{"name": "workloads", "mountPath": WORKLOADS_DIR, "readOnly": True}]
     pod_spec_common = {
         "automountServiceAccountToken": False,
+        **({"volumes": volumes} if volumes else {}),
         **({"nodeSelector": dict(spec.node_selector)} if spec.node_selector else {}),
         **({"tolerations": list(spec.tolerations)} if spec.tolerations else {}),
         **({"priorityClassName": spec.priority_class} if spec.priority_class else {}),
@@ -121,8 +150,8 @@ def mpijob(spec: MPIJobSpec) -> dict:
                 "containers": [{
                     "name": "launcher",
                     "image": image,
-                    "command": launcher_command(spec.implementation, np, spec.slots_per_worker,
-                                                spec.command),
+                    "command": launcher_command(spec.implementation, np, spec.slots_per_worker, program),
+                    **({"volumeMounts": mounts} if mounts else {}),
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "securityContext": security,
                     "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
@@ -142,6 +171,7 @@ def mpijob(spec: MPIJobSpec) -> dict:
                     "name": "worker",
                     "image": image,
                     "command": ["/usr/sbin/sshd", "-De", "-p", "2222"],
+                    **({"volumeMounts": mounts} if mounts else {}),
                     "securityContext": security,
                     "resources": {"requests": worker_resources, "limits": limits},
                 }],
