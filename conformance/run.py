@@ -13,6 +13,7 @@ from conformance.settings import Settings, Team
 from mpiplat.kube import LOCALQUEUE, Kube
 
 RUN_LABEL = "mpiplat.io/conformance-run"
+TEAM_LABEL = "mpiplat.io/team"
 
 
 @dataclass
@@ -41,12 +42,14 @@ class Run:
     figures: list[Figure] = field(default_factory=list)
 
     def namespace(self, team: Team | None = None, labels: dict[str, str] | None = None) -> str:
-        """A new throwaway namespace labelled with the run id; with `team`, a LocalQueue `lq` in it
+        """A new throwaway namespace labelled with the run id; with `team`, it is labelled
+        mpiplat.io/team=<team> (so the team's ClusterQueue admits it) and a LocalQueue `lq` in it
         points at the team's ClusterQueue."""
         name = f"{self.settings.namespace_prefix}-{self.id}-{len(self.namespaces)}"
+        team_label = {TEAM_LABEL: team.name} if team else {}
         self.kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
             name=name, labels={RUN_LABEL: self.id, "app.kubernetes.io/part-of": "mpiplat-conformance",
-                               **(labels or {})})))
+                               **team_label, **(labels or {})})))
         self.namespaces.append(name)
         if team and team.cluster_queue:
             self.kube.create(LOCALQUEUE, {"apiVersion": LOCALQUEUE.api_version, "kind": "LocalQueue",

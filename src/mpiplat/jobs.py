@@ -21,11 +21,14 @@ FAIL_EXIT_CODE = "mpiplat.io/failure-exit-code"  # annotation, e.g. "137"
 FAIL_DELAY = "mpiplat.io/failure-delay"  # annotation, Go duration
 
 IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
-DEFAULT_IMAGES = {
-    "OpenMPI": "mpioperator/openmpi:v0.8.2",
-    "Intel": "mpioperator/intel:v0.8.2",
-    "MPICH": "mpioperator/mpich:v0.8.2",
-}
+def _base_images() -> dict[str, str]:
+    from mpiplat.versions import load
+
+    comp = load()["mpi-operator"]
+    return {impl: comp.expand(ref) for impl, ref in comp.extra["base_images"].items()}
+
+
+DEFAULT_IMAGES = _base_images()
 # Per implementation: the command line that starts ranks, and the environment that points it
 # at the operator's hostfile (/etc/mpi/hostfile) and a non-root SSH setup.
 _LAUNCH = {

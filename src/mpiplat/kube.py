@@ -116,3 +116,14 @@ def condition(obj: dict, ctype: str) -> dict | None:
 def has_condition(obj: dict, ctype: str) -> bool:
     c = condition(obj, ctype)
     return bool(c and c.get("status") == "True")
+
+
+def label_selector(sel: dict | None) -> str:
+    """A LabelSelector (API dict) as a label selector string ("" selects everything)."""
+    sel = sel or {}
+    parts = [f"{k}={v}" for k, v in (sel.get("matchLabels") or {}).items()]
+    for e in sel.get("matchExpressions") or []:
+        op, key, values = e["operator"], e["key"], ",".join(e.get("values") or [])
+        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
+                      "Exists": key, "DoesNotExist": f"!{key}"}[op])
+    return ",".join(parts)
