@@ -18,26 +18,27 @@ $(VENV)/.installed: pyproject.toml
 build: setup
 	$(BIN)/mpiplat cluster build
 
-# Start the local reference cluster, run the installer against it, and show an MPIJob run
-# through the real mpi-operator.
+# Start the local reference cluster, install the stack and the teams on it with the playbooks,
+# show an MPIJob run through the real mpi-operator, then run the conformance suite (its summary last).
 demo: build
 	$(BIN)/mpiplat cluster up
 	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/ansible-playbook -i inventories/local playbooks/site.yml
 	$(BIN)/mpiplat demo
+	$(BIN)/mpiplat conformance run --settings inventories/local/conformance-settings.yml --report-dir reports/demo
 
 BUNDLE ?= /tmp/mpiplat-test-bundle
 
-# Lint; molecule `default` on the local cluster; molecule `helm` on a bare local cluster from a
-# fresh bundle; then pytest (unit, local cluster, playbooks, charts, MPI workloads), which starts the
-# full cluster again and stops it with its last test.
+# Lint; molecule `helm` on a bare local cluster from a fresh bundle; molecule `default` on the full
+# local cluster (it leaves the stack and the teams installed); then pytest: unit tests, local cluster,
+# playbooks, charts, MPI workloads and the conformance suite. pytest's last test stops the cluster.
 test: build lint
-	$(BIN)/mpiplat cluster up
-	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/molecule test -s default
 	$(BIN)/mpiplat cluster down
 	$(BIN)/mpiplat cluster up --bare
 	rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE)
 	eval "$$($(BIN)/mpiplat cluster env)" && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm
 	$(BIN)/mpiplat cluster down
+	$(BIN)/mpiplat cluster up
+	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/molecule test -s default
 	$(BIN)/pytest
 
 lint: setup
