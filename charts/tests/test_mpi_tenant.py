@@ -174,6 +174,7 @@ def test_rbac_create_false_renders_no_bindings(render):
 
 def test_resource_quota_defaults(defaults):
     quota = named(defaults, "ResourceQuota", f"{TEAM}-quota")
+    assert quota["metadata"]["labels"]["mpiplat.io/gpu-quota"] == "true"  # the guardrail's params selector
     assert quota["spec"]["hard"] == {
         "requests.nvidia.com/gpu": "0",
         "requests.cpu": "64",
