@@ -91,12 +91,13 @@ def test_gang_two_jobs_that_fit_alone_but_not_together(kube, run, settings):
 def test_queued_job_is_admitted_when_quota_frees(kube, run, settings):
     team = _team(settings)
     cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
-    if cap.available < 1:
-        pytest.skip(f"ClusterQueue {team.cluster_queue} has no idle GPU")
+    if cap.available < 3:
+        pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} idle GPUs; needs 3 or more")
     ns = run.namespace(team)
-    kube.create(MPIJOB, _job(settings, "hog", ns, cap.available, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
+    # The hog leaves one GPU free: too few for the next job's 2 workers until the hog finishes.
+    kube.create(MPIJOB, _job(settings, "hog", ns, cap.available - 1, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
     condition_times(kube, MPIJOB, "hog", ns, until=("Running",), timeout=120)
-    kube.create(MPIJOB, _job(settings, "next", ns, 1, launcher_annotations={jobs.COMPLETE_AFTER: "2s"}))
+    kube.create(MPIJOB, _job(settings, "next", ns, 2, launcher_annotations={jobs.COMPLETE_AFTER: "2s"}))
     wl = _workload(kube, ns, "next")
     assert not has_condition(kube.get(WORKLOAD, wl["metadata"]["name"], ns), "QuotaReserved")
     seen = condition_times(kube, MPIJOB, "next", ns, until=("Succeeded", "Failed"), timeout=180)

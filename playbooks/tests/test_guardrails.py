@@ -83,8 +83,8 @@ def ns(kube: Kube):
 
 
 @pytest.fixture(scope="module")
-def role(kube: Kube, ns: str, ansible_env: dict[str, str]):
-    """The role applied with its defaults (bound to `ns`) twice; removed (state absent) at teardown."""
+def role(kube: Kube, ns: str, ansible_env: dict[str, str], request: pytest.FixtureRequest):
+    """The role applied twice with its defaults (bound to this run's namespaces); state absent at teardown."""
     try:
         first = _play(ansible_env)
         second = _play(ansible_env)
@@ -93,9 +93,10 @@ def role(kube: Kube, ns: str, ansible_env: dict[str, str]):
         gone = _play(ansible_env, guardrails_state="absent")
         assert gone.returncode == 0, (gone.stdout + gone.stderr)[-3000:]
         assert _policies(kube) == set() and _bindings(kube) == set()
-        if LATENCIES:
-            print("\nguardrails rejection latency: " + ", ".join(
-                f"{k} {v * 1000:.1f} ms" for k, v in sorted(LATENCIES.items())))
+        if LATENCIES:  # the figures, shown even when output is captured
+            with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+                print("\nguardrails rejection latency: " + ", ".join(
+                    f"{k} {v * 1000:.1f} ms" for k, v in sorted(LATENCIES.items())))
 
 
 # ---- submitting jobs
@@ -217,29 +218,35 @@ def test_bad_settings_fail_before_any_change(kube, role, ns, ansible_env):
 
 # ---- (a) GPU quota
 
+def _wait_for_quota(kube: Kube, ns: str, predicate, what: str) -> None:
+    """Watch the quota `gpus` until predicate(status) holds."""
+    w = watch.Watch()
+    for event in w.stream(kube.core.list_namespaced_resource_quota, ns, field_selector="metadata.name=gpus",
+                          timeout_seconds=120):
+        if predicate(event["object"].status):
+            w.stop()
+            return
+    pytest.fail(f"the quota never {what}")
+
+
 @pytest.fixture(scope="module")
 def gpu_quota(kube: Kube, ns: str, role):
     """Quota 32 GPUs, 24 of them used by three pending pods of 8 GPUs (nodeSelector matches no node, so
     they hold no GPUs of the shared cluster's nodes, yet count against the quota)."""
+    key = f"requests.{jobs.GPU_RESOURCE}"
     kube.core.create_namespaced_resource_quota(ns, {
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": {"name": "gpus", "labels": {"mpiplat.io/gpu-quota": "true"}},
-        "spec": {"hard": {f"requests.{jobs.GPU_RESOURCE}": "32"}}})
+        "spec": {"hard": {key: "32"}}})
+    # Until the quota controller has filled in status.hard, quota admission refuses pods that need the quota.
+    _wait_for_quota(kube, ns, lambda st: st is not None and (st.hard or {}).get(key) == "32", "got its status")
     for i in range(3):
         kube.core.create_namespaced_pod(ns, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"gpu-user-{i}"},
             "spec": {"nodeSelector": {"mpiplat.io/no-such-node": "true"},
                      "containers": [{"name": "c", "image": "busybox",
                                      "resources": {"limits": {jobs.GPU_RESOURCE: "8"}}}]}})
-    w = watch.Watch()
-    for event in w.stream(kube.core.list_namespaced_resource_quota, ns, field_selector="metadata.name=gpus",
-                          timeout_seconds=60):
-        used = (event["object"].status.used or {}).get(f"requests.{jobs.GPU_RESOURCE}")
-        if used == "24":
-            w.stop()
-            break
-    else:
-        pytest.fail("the quota's status.used never reached 24 GPUs")
+    _wait_for_quota(kube, ns, lambda st: st is not None and (st.used or {}).get(key) == "24", "counted 24 GPUs used")
 
 
 def test_gpu_quota_rejects_an_mpijob_over_what_is_left(kube, ns, gpu_quota):
