@@ -257,6 +257,8 @@ def _docs(paths: list[Path]) -> list[dict]:
 def _files(comp: Component, key: str) -> list[Path]:
     pats = comp.extra.get(key) or []
     pats = [pats] if isinstance(pats, str) else pats
+    if not pats:
+        return []
     try:
         root = module_dir(comp)
     except VersionsError as err:
