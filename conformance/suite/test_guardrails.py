@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -21,7 +22,7 @@ def _rejected(kube, manifest: dict) -> tuple[str, float]:
     except ApiException as err:
         elapsed = time.monotonic() - start
         assert err.status in (400, 403, 422), err
-        return err.body or "", elapsed
+        return json.loads(err.body)["message"], elapsed
     kube.delete(MPIJOB, manifest["metadata"]["name"], manifest["metadata"]["namespace"])
     pytest.fail(f"{manifest['metadata']['name']} was admitted")
 
@@ -74,4 +75,4 @@ def test_names_that_break_hostfiles_are_rejected(kube, run, settings):
     manifest["metadata"]["name"] = "train.v1"
     message, _ = _rejected(kube, manifest)
     assert 'MPIJob name "train.v1" contains dots, which break MPI hostfiles' in message, message
-    assert 'e.g. \\"train-v1\\"' in message or 'e.g. "train-v1"' in message
+    assert message.endswith('e.g. "train-v1"'), message
