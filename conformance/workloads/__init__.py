@@ -1,15 +1,16 @@
 """Workload programs (standalone MPI scripts), their result-line parser and local MPI venvs.
 
-The programs (allreduce.py, pingpong.py, pi.py) are run as scripts under mpiexec and are
-shipped alone (e.g. by ConfigMap) into MPI images; results.py parses what they print;
-mpienv.py prepares local Open MPI, MPICH and Intel MPI venvs to run them.
+The programs (allreduce.py, pingpong.py, pi.py; torchbench.py for GPUs) are run as scripts
+under mpiexec and are shipped alone (e.g. by ConfigMap) into MPI images; results.py parses
+what they print; mpienv.py prepares local Open MPI, MPICH and Intel MPI venvs (and an Open
+MPI + torch one) to run them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-PROGRAMS: tuple[str, ...] = ("allreduce", "pingpong", "pi")
+PROGRAMS: tuple[str, ...] = ("allreduce", "pingpong", "pi", "torchbench")
 
 
 def program_path(name: str) -> Path:

@@ -48,26 +48,35 @@ from pathlib import Path
 from mpiplat.versions import cache_dir
 
 IMPLS: tuple[str, ...] = ("openmpi", "mpich", "intel")
+# "torch": Open MPI plus torch, for torchbench.py (its CPU/gloo path). PyPI's torch wheel is
+# the CUDA build and pulls the NVIDIA runtime wheels (about 3 GB); its CPU path is the same
+# code as the CPU-only build's, which PyPI does not carry.
+ENVS: tuple[str, ...] = (*IMPLS, "torch")
 
 # Exact PyPI versions installed into each venv (verified to install and run here).
 PINS: dict[str, dict[str, str]] = {
     "openmpi": {"openmpi": "5.0.11", "mpi4py": "4.1.2", "numpy": "2.4.6"},
     "mpich": {"mpich": "5.0.2", "mpi4py": "4.1.2", "numpy": "2.4.6"},
     "intel": {"impi-rt": "2021.18.1", "mpi4py": "4.1.2", "numpy": "2.4.6"},
+    "torch": {"openmpi": "5.0.11", "mpi4py": "4.1.2", "numpy": "2.4.6", "torch": "2.13.0"},
 }
+# The MPI implementation each venv launches with.
+MPI_OF: dict[str, str] = {**{impl: impl for impl in IMPLS}, "torch": "openmpi"}
 
 # Extra environment for launching each implementation on one local host.
 LAUNCH_ENV: dict[str, dict[str, str]] = {
     "openmpi": {},
     "mpich": {},
     "intel": {"I_MPI_FABRICS": "shm"},
+    # gloo binds to the interface its host name resolves to; on one host that is loopback.
+    "torch": {"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"},
 }
 
 # How each implementation's MPI_Get_library_version() begins: tells which MPI actually ran.
-LIBRARY_PREFIX: dict[str, str] = {"openmpi": "Open MPI", "mpich": "MPICH", "intel": "Intel(R) MPI"}
+LIBRARY_PREFIX: dict[str, str] = {"openmpi": "Open MPI", "mpich": "MPICH", "intel": "Intel(R) MPI", "torch": "Open MPI"}
 
 MARKER = ".mpiplat-ready.json"
-PIP_TIMEOUT_S = 900
+PIP_TIMEOUT_S = 1800
 PROBE = "from mpi4py import MPI; print(MPI.Get_library_version())"
 
 Log = Callable[[str], None]
@@ -104,7 +113,7 @@ def _stderr_log(message: str) -> None:
 
 def _check_impl(impl: str) -> None:
     if impl not in PINS:
-        raise ValueError(f"unknown MPI implementation {impl!r}; allowed: {', '.join(IMPLS)}")
+        raise ValueError(f"unknown MPI environment {impl!r}; allowed: {', '.join(ENVS)}")
 
 
 def venvs_dir() -> Path:
@@ -225,7 +234,7 @@ def mpiexec_argv(impl: str, nranks: int) -> list[str]:
     if nranks < 1:
         raise ValueError(f"nranks must be >= 1, got {nranks}")
     argv = [str(venv_dir(impl) / "bin" / "mpiexec"), "-n", str(nranks)]
-    if impl == "openmpi":
+    if MPI_OF[impl] == "openmpi":
         argv.append("--oversubscribe")
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
@@ -249,8 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m conformance.workloads.mpienv",
         description="Prepare the local MPI venvs (Open MPI, MPICH, Intel MPI from PyPI) used to run the workloads.")
-    parser.add_argument("--impl", action="append", choices=IMPLS,
-                        help="implementation to prepare (repeatable; default: all)")
+    parser.add_argument("--impl", action="append", choices=ENVS,
+                        help="environment to prepare (repeatable; default: the three MPI implementations)")
     parser.add_argument("--rebuild", action="store_true", help="recreate the venvs even when they are ready")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     args = parser.parse_args(argv)

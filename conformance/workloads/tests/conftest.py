@@ -68,11 +68,25 @@ def program_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def torch_env(request: pytest.FixtureRequest) -> mpienv.MpiEnv:
+    """The Open MPI + torch venv (about 3 GB to download the first time, then reused)."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled() if capman else nullcontext():
+        sys.stderr.write("\n")
+        try:
+            return mpienv.ensure("torch")
+        except mpienv.MpiEnvError as exc:
+            pytest.fail(f"cannot prepare the torch venv: {exc}", pytrace=False)
+
+
 @pytest.fixture
-def run_workload(mpi_envs: dict[str, mpienv.MpiEnv], program_dir: Path) -> Callable[..., Run]:
-    """run(impl, nranks, program, *args, env=None) -> Run, with the result lines parsed."""
+def run_workload(request: pytest.FixtureRequest, program_dir: Path) -> Callable[..., Run]:
+    """run(impl, nranks, program, *args, env=None) -> Run, with the result lines parsed.
+    impl is an MPI implementation or "torch" (Open MPI with torch)."""
 
     def run(impl: str, nranks: int, program: str, *args: str, env: dict[str, str] | None = None) -> Run:
+        request.getfixturevalue("torch_env" if impl == "torch" else "mpi_envs")
         argv = mpienv.program_argv(impl, nranks, program_dir / f"{program}.py", *args)
         launch = mpienv.launch_env(impl, {k: v for k, v in os.environ.items() if not k.startswith("MPIPLAT_INJECT")})
         proc = subprocess.Popen(argv, cwd=program_dir, env={**launch, **(env or {})}, text=True,

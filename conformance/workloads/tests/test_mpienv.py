@@ -32,7 +32,7 @@ def test_venvs_live_under_mpiplat_cache(cache: Path) -> None:
 
 
 def test_every_impl_pins_exact_versions_of_mpi4py_and_numpy() -> None:
-    assert set(mpienv.PINS) == set(mpienv.IMPLS) == set(mpienv.LAUNCH_ENV)
+    assert set(mpienv.PINS) == set(mpienv.ENVS) == set(mpienv.LAUNCH_ENV) == set(mpienv.MPI_OF)
     for pins in mpienv.PINS.values():
         assert {"mpi4py", "numpy"} <= set(pins)
         assert all(v and v[0].isdigit() and not any(c in v for c in "<>=~*, ") for v in pins.values())
@@ -66,7 +66,7 @@ def test_venv_with_other_pins_is_rebuilt(cache: Path, monkeypatch: pytest.Monkey
 
 
 def test_unknown_impl_is_refused_with_the_allowed_names() -> None:
-    with pytest.raises(ValueError, match="unknown MPI implementation 'lam'; allowed: openmpi, mpich, intel"):
+    with pytest.raises(ValueError, match="unknown MPI environment 'lam'; allowed: openmpi, mpich, intel, torch"):
         mpienv.mpiexec_argv("lam", 2)
 
 
