@@ -31,17 +31,22 @@ def aggregate(outcomes: list[dict]) -> dict[str, dict]:
     return dict(sorted(reqs.items()))
 
 
-def write(report_dir: Path, outcomes: list[dict], figures: list, meta: dict) -> dict:
+def write(report_dir: Path, outcomes: list[dict], figures: list, meta: dict, plots: list[dict] = ()) -> dict:
+    """plots: {"requirement", "title", "svg"} each, drawn into the HTML and saved as plot-<n>.svg."""
     report_dir.mkdir(parents=True, exist_ok=True)
     reqs = aggregate(outcomes)
     counts = {s: sum(1 for r in reqs.values() if r["status"] == s) for s in ORDER}
+    saved = []
+    for n, plot in enumerate(plots, start=1):
+        (report_dir / f"plot-{n}.svg").write_text(plot["svg"])
+        saved.append({"requirement": plot["requirement"], "title": plot["title"], "file": f"plot-{n}.svg"})
     data = {"meta": meta, "summary": counts, "requirements": reqs,
-            "figures": [asdict(f) | {"meets_target": f.meets_target} for f in figures]}
+            "figures": [asdict(f) | {"meets_target": f.meets_target} for f in figures], "plots": saved}
     (report_dir / "results.json").write_text(json.dumps(data, indent=2, default=str))
     _junit(report_dir / "junit.xml", reqs, meta)
     md = _markdown(data)
     (report_dir / "report.md").write_text(md)
-    (report_dir / "report.html").write_text(_html(data))
+    (report_dir / "report.html").write_text(_html(data, [p["svg"] for p in plots]))
     (report_dir / "checklist.md").write_text(_checklist(data))
     return data
 
@@ -88,6 +93,8 @@ def _markdown(data: dict) -> str:
     for f in data["figures"]:
         meets = "" if f["meets_target"] is None else ("yes" if f["meets_target"] else "**no**")
         lines.append(f"| {f['requirement']} | {f['name']} | {f['value']} {f['unit']} | {_fmt_target(f)} | {meets} |")
+    if data["plots"]:
+        lines += ["", "## Plots", ""] + [f"- {p['requirement']}: [{p['title']}]({p['file']})" for p in data["plots"]]
     failed = [(rid, r) for rid, r in data["requirements"].items() if r["status"] == "failed"]
     if failed:
         lines += ["", "## Diagnoses", ""]
@@ -96,7 +103,7 @@ def _markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _html(data: dict) -> str:
+def _html(data: dict, svgs: list[str]) -> str:
     m, s = data["meta"], data["summary"]
     color = {"passed": "#1a7f37", "failed": "#cf222e", "skipped": "#9a6700"}
     rows = []
@@ -114,7 +121,8 @@ def _html(data: dict) -> str:
                     f"<td>{meets}</td></tr>")
     diags = "".join(f"<h3 id='diag-{rid}'>Diagnosis {rid}</h3><pre>{html.escape(r['diagnosis'] or r['message'])}</pre>"
                     for rid, r in data["requirements"].items() if r["status"] == "failed")
-    extra = m.get("html_extra", "")
+    extra = "".join(f"<h2>{html.escape(p['requirement'])}: {html.escape(p['title'])}</h2>{svg}"
+                    for p, svg in zip(data["plots"], svgs, strict=True))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>mpiplat conformance</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
 padding:4px 8px;text-align:left}}pre{{background:#f6f8fa;padding:1em}}</style></head><body>

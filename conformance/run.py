@@ -40,6 +40,7 @@ class Run:
     id: str = field(default_factory=lambda: time.strftime("%m%d%H%M") + "-" + uuid.uuid4().hex[:4])
     namespaces: list[str] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
+    plots: list[dict] = field(default_factory=list)  # {"requirement", "title", "svg"}
 
     def namespace(self, team: Team | None = None, labels: dict[str, str] | None = None) -> str:
         """A new throwaway namespace labelled with the run id; with `team`, it is labelled

@@ -35,6 +35,8 @@ class Settings:
     images: dict[str, str]
     capabilities: dict[str, bool]
     thresholds: dict[str, float]
+    gpu_benchmark: dict = field(default_factory=dict)
+    storage: dict = field(default_factory=dict)
     source: str = ""
     raw: dict = field(default_factory=dict)
 
@@ -61,6 +63,10 @@ def parse(data: dict, source: str = "<settings>") -> Settings:
     if thresholds["min_workers"] > thresholds["max_workers"]:
         raise SettingsError(f"{source}: settings field thresholds.min_workers ({thresholds['min_workers']}) is above "
                             f"thresholds.max_workers ({thresholds['max_workers']})")
+    gpu_benchmark = {**_defaults(props["gpu_benchmark"]), **data.get("gpu_benchmark", {})}
+    if 1 not in gpu_benchmark["nodes"]:
+        raise SettingsError(f"{source}: settings field gpu_benchmark.nodes: {gpu_benchmark['nodes']} lacks 1, "
+                            "the single-node baseline that speedup is measured against")
     from mpiplat.jobs import DEFAULT_IMAGES
 
     return Settings(
@@ -72,6 +78,8 @@ def parse(data: dict, source: str = "<settings>") -> Settings:
         images={**DEFAULT_IMAGES, **data.get("images", {})},
         capabilities=dict(data.get("capabilities", {})),
         thresholds=thresholds,
+        gpu_benchmark=gpu_benchmark,
+        storage={**_defaults(props["storage"]), **data.get("storage", {})},
         source=source,
         raw=data,
     )

@@ -67,3 +67,21 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
     return ordered[k]
+
+
+def run_workload_job(kube: Kube, manifest: dict, program: str, ranks: int, timeout: float) -> list[dict]:
+    """Submit a workload MPIJob, wait for it to end, and return its program's result records from
+    the launcher's log. Fails with the job's diagnosis, or the program's own failed check."""
+    from conformance.workloads import results
+    from mpiplat.diagnose import diagnose
+    from mpiplat.kube import MPIJOB
+
+    name, ns = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+    kube.create(MPIJOB, manifest)
+    seen = condition_times(kube, MPIJOB, name, ns, until=("Succeeded", "Failed"), timeout=timeout)
+    launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name},{ROLE_LABEL}=launcher").items
+    log = kube.core.read_namespaced_pod_log(launchers[-1].metadata.name, ns) if launchers else ""
+    if "Succeeded" not in seen:
+        raise AssertionError(f"{ns}/{name} did not succeed: {diagnose(kube, ns, name)}\n"
+                             f"--- launcher log\n{log[-3000:]}")
+    return results.assert_passed(results.parse(log), program, ranks=ranks)

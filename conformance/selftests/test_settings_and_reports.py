@@ -22,6 +22,8 @@ def test_local_settings_load_with_defaults():
     assert s.teams[0].queue == "team-a-queue" and s.teams[0].cluster_queue == "team-a"
     assert s.thresholds["submit_to_created_p95_s"] == 5 and s.thresholds["pods_ready_timeout_s"] == 90
     assert set(s.images) == {"OpenMPI", "Intel", "MPICH"}
+    assert s.gpu_benchmark["nodes"] == [1, 2, 4, 8] and s.gpu_benchmark["gpus_per_node"] == 8
+    assert s.storage == {"access_mode": "ReadWriteMany", "size": "1Gi"}
 
 
 @pytest.mark.parametrize("data, field", [
@@ -34,6 +36,10 @@ def test_local_settings_load_with_defaults():
     ({"teams": [{"name": "a"}], "colour": "red"}, r"Additional properties are not allowed \('colour'"),
     ({"teams": [{"name": "a"}, {"name": "a"}]}, r"duplicate team names"),
     ({"teams": [{"name": "a"}], "thresholds": {"min_workers": 9, "max_workers": 3}}, r"min_workers \(9\) is above"),
+    ({"teams": [{"name": "a"}], "gpu_benchmark": {"nodes": [2, 4]}}, r"gpu_benchmark\.nodes: \[2, 4\] lacks 1"),
+    ({"teams": [{"name": "a"}], "gpu_benchmark": {"nodes": [1, 1]}}, r"gpu_benchmark\.nodes: .* non-unique"),
+    ({"teams": [{"name": "a"}], "storage": {"access_mode": "ReadOnlyMany"}}, r"storage\.access_mode: 'ReadOnlyMany'"),
+    ({"teams": [{"name": "a"}], "images": {"torch": 3}}, r"images\.torch: 3 is not of type 'string'"),
 ])
 def test_bad_settings_fail_naming_the_field(data, field):
     with pytest.raises(SettingsError, match=field):
@@ -62,7 +68,8 @@ def test_reports_aggregate_per_requirement(tmp_path):
         {"requirement": "PERF-02", "name": "c", "status": "skipped", "duration_s": 0, "message": "needs gpus"},
     ]
     figures = [Figure("JOB-06", "p95", 1.5, "s", 5.0), Figure("JOB-06", "slow", 9, "s", 5.0)]
-    data = report.write(tmp_path, outcomes, figures, {"run_id": "r1", "profile": "simulated", "duration_s": 3})
+    plot = {"requirement": "PERF-02", "title": "scaling efficiency", "svg": "<svg xmlns='http://www.w3.org/2000/svg'/>"}
+    data = report.write(tmp_path, outcomes, figures, {"run_id": "r1", "profile": "simulated", "duration_s": 3}, [plot])
     assert data["summary"] == {"passed": 0, "failed": 1, "skipped": 1}
     junit = ET.parse(tmp_path / "junit.xml").getroot()
     cases = {c.get("name"): c for c in junit.iter("testcase")}
@@ -74,4 +81,6 @@ def test_reports_aggregate_per_requirement(tmp_path):
     assert "[diagnosis](#diagnosis-job-01)" in md and "worker 1 OOMKilled" in md
     html = (tmp_path / "report.html").read_text()
     assert 'href="#diag-JOB-01"' in html and "<script" not in html
+    assert "PERF-02: scaling efficiency</h2><svg" in html and "(plot-1.svg)" in md
+    assert (tmp_path / "plot-1.svg").read_text() == plot["svg"]
     assert "| JOB-01 |" in (tmp_path / "checklist.md").read_text()

@@ -174,7 +174,7 @@ def pytest_sessionfinish(session, exitstatus):
             "capabilities": getattr(config, "_mpiplat_capabilities", {}),
             "duration_s": time.monotonic() - config._mpiplat_started}
     out = Path(config.getoption("--report-dir"))
-    data = report.write(out, outcomes, run.figures if run else [], meta)
+    data = report.write(out, outcomes, run.figures if run else [], meta, run.plots if run else [])
     s = data["summary"]
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr:

@@ -45,3 +45,24 @@ def test_worker_oom_fails_the_job_fast_and_is_diagnosed(kube, run, settings, req
     assert detect < target
     assert found.cause == "worker 1 OOMKilled (exit 137)", str(found)
     assert "memory limit" in found.remedy
+
+
+def _pull_failure(pods) -> bool:
+    return any(cs.state and cs.state.waiting and cs.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff")
+               for p in pods for cs in (p.status.container_statuses or []))
+
+
+@pytest.mark.requirement("FAIL-02", needs=["pod_network"])
+def test_bad_image_holds_the_job_before_training_with_a_pull_reason(kube, run, settings):
+    """Workers that cannot pull their image never become ready, so the launcher (mpirun) is never
+    created: no rank starts training on a partial set of workers. The diagnosis names the pull error."""
+    ns = run.namespace()
+    spec = jobs.MPIJobSpec(name="badimage", namespace=ns, workers=2, image="registry.invalid/mpiplat/no-such-image:0",
+                           node_selector=dict(settings.node_selector), tolerations=list(settings.tolerations))
+    kube.create(MPIJOB, jobs.mpijob(spec))
+    wait_pods(kube, ns, f"{JOB_LABEL}=badimage,{ROLE_LABEL}=worker", _pull_failure, timeout=180)
+    launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=badimage,{ROLE_LABEL}=launcher")
+    assert launchers.items == [], "a launcher started although the workers cannot pull their image"
+    found = diagnose(kube, ns, "badimage", settings.gpu_resource)
+    assert "ImagePull" in found.cause or "ErrImagePull" in found.cause, str(found)
+    assert "image" in found.remedy, str(found)

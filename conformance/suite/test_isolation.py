@@ -63,11 +63,8 @@ def _pods(kube, ns: str, selector: dict | None) -> set[str]:
     return {p.metadata.name for p in kube.core.list_namespaced_pod(ns, label_selector=label_selector(selector)).items}
 
 
-@pytest.mark.requirement("ISO-03")
-def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run, settings):
-    """The team namespace's NetworkPolicies, laid onto a running MPIJob: every job pod is selected by
-    a policy, no rule admits other namespaces, and workers admit the launcher (SSH) and each other.
-    (Objects only here; the cluster profile proves enforcement with a probe pod.)"""
+def _namespace_with_team_policies(kube, run, settings) -> str:
+    """A throwaway namespace holding copies of the first team namespace's NetworkPolicies."""
     team = settings.teams[0]
     net = client.NetworkingV1Api(kube.api_client)
     policies = net.list_namespaced_network_policy(team.namespace).items
@@ -77,6 +74,16 @@ def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run
         body = kube.api_client.sanitize_for_serialization(pol)
         body["metadata"] = {"name": pol.metadata.name, "namespace": ns}
         net.create_namespaced_network_policy(ns, body)
+    return ns
+
+
+@pytest.mark.requirement("ISO-03")
+def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run, settings):
+    """The team namespace's NetworkPolicies, laid onto a running MPIJob: every job pod is selected by
+    a policy, no rule admits other namespaces, and workers admit the launcher (SSH) and each other.
+    (Objects only here; the cluster profile proves enforcement with a probe pod.)"""
+    net = client.NetworkingV1Api(kube.api_client)
+    ns = _namespace_with_team_policies(kube, run, settings)
     spec = jobs.MPIJobSpec(name="np", namespace=ns, workers=2, image=settings.images["OpenMPI"],
                            launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
     kube.create(MPIJOB, jobs.mpijob(spec))
@@ -106,3 +113,42 @@ def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run
     assert launcher | workers <= selected, "some job pods are not covered by any ingress policy"
     assert all(launcher | (workers - {w}) <= admitted[w] for w in workers), admitted
     assert ssh_from_launcher
+
+
+PROBE_PORT = 2222  # the workers' sshd
+
+
+def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str]) -> str:
+    """A pod that tries one TCP connection to ip:PROBE_PORT; returns OPEN or CLOSED."""
+    script = f"if timeout 5 bash -c '</dev/tcp/{ip}/{PROBE_PORT}'; then echo OPEN; else echo CLOSED; fi"
+    pod_security = {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+    container_security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    kube.core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False, "securityContext": pod_security,
+                 "containers": [{"name": "probe", "image": image, "command": ["bash", "-c", script],
+                                 "securityContext": container_security,
+                                 "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}})
+    wait_pods(kube, ns, f"mpiplat.io/probe={labels['mpiplat.io/probe']}",
+              lambda pods: bool(pods) and pods[0].status.phase in ("Succeeded", "Failed"), timeout=180)
+    return kube.core.read_namespaced_pod_log(name, ns).strip()
+
+
+@pytest.mark.requirement("ISO-03", needs=["pod_network"])
+def test_network_policies_are_enforced_for_a_running_job(kube, run, settings):
+    """Real traffic: a probe pod in another namespace cannot reach a worker's SSH port, while a pod
+    inside the job's namespace with the launcher's role can."""
+    ns = _namespace_with_team_policies(kube, run, settings)
+    image = settings.images["OpenMPI"]
+    spec = jobs.MPIJobSpec(name="np", namespace=ns, workers=2, image=image, command=["sleep", "600"],
+                           node_selector=dict(settings.node_selector), tolerations=list(settings.tolerations))
+    kube.create(MPIJOB, jobs.mpijob(spec))
+    pods = wait_pods(kube, ns, f"{JOB_LABEL}=np,{ROLE_LABEL}=worker", all_running(2), timeout=300)
+    ip = pods[0].status.pod_ip
+    inside = _probe(kube, ns, "probe-inside", ip, image,
+                    {"mpiplat.io/probe": "inside", JOB_LABEL: "np", ROLE_LABEL: "launcher"})
+    outsider_ns = run.namespace()
+    outside = _probe(kube, outsider_ns, "probe-outside", ip, image, {"mpiplat.io/probe": "outside"})
+    assert inside == "OPEN", f"a launcher-role pod in the job's namespace could not reach {ip}:{PROBE_PORT}: {inside}"
+    assert outside == "CLOSED", (f"a pod in namespace {outsider_ns} reached worker {ip}:{PROBE_PORT}: the "
+                                 "NetworkPolicies exist but are not enforced (does the cluster's CNI support them?)")

@@ -153,3 +153,26 @@ def test_suspended_job_has_no_pods_and_resumes_to_completion(kube, run, settings
     seen = condition_times(kube, MPIJOB, "later", ns, until=("Succeeded", "Failed"), timeout=120)
     assert "Succeeded" in seen, seen
     assert not has_condition(kube.get(MPIJOB, "later", ns), "Suspended")
+
+
+@pytest.mark.requirement("JOB-10", needs=["pod_network"])
+def test_checkpoint_on_a_shared_pvc_is_read_back_by_a_second_job(kube, run, settings):
+    """checkpoint.py writes each rank's state to one PVC mounted by every worker (each rank must
+    see every rank's file); a second job reads it back and verifies every byte."""
+    ns = run.namespace()
+    kube.core.create_namespaced_config_map(ns, jobs.workloads_configmap(ns))
+    storage = settings.storage
+    kube.core.create_namespaced_persistent_volume_claim(ns, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ckpt"},
+        "spec": {"accessModes": [storage["access_mode"]], "resources": {"requests": {"storage": storage["size"]}},
+                 **({"storageClassName": storage["storage_class"]} if storage.get("storage_class") else {})}})
+    from conformance.watch import run_workload_job
+
+    found = {}
+    for mode in ("write", "read"):
+        spec = _spec(settings, f"ckpt-{mode}", ns, workers=2, slots_per_worker=2, workload="checkpoint",
+                     workload_args=[mode, "--dir", "/data", "--step", "1"], pvc="ckpt", pvc_mount_path="/data")
+        [found[mode]] = run_workload_job(kube, jobs.mpijob(spec), "checkpoint", ranks=4, timeout=600)
+    assert found["write"]["files_seen"] == 4, found["write"]
+    assert found["read"]["errors"] == [], found["read"]
+    run.record("JOB-10", "hosts that shared the checkpoint volume", found["write"]["hosts"])

@@ -1,6 +1,6 @@
 """Workload programs (standalone MPI scripts), their result-line parser and local MPI venvs.
 
-The programs (allreduce.py, pingpong.py, pi.py; torchbench.py for GPUs) are run as scripts
+The programs (allreduce.py, pingpong.py, pi.py, checkpoint.py; torchbench.py for GPUs) are run as scripts
 under mpiexec and are shipped alone (e.g. by ConfigMap) into MPI images; results.py parses
 what they print; mpienv.py prepares local Open MPI, MPICH and Intel MPI venvs (and an Open
 MPI + torch one) to run them.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PROGRAMS: tuple[str, ...] = ("allreduce", "pingpong", "pi", "torchbench")
+PROGRAMS: tuple[str, ...] = ("allreduce", "pingpong", "pi", "checkpoint", "torchbench")
 
 
 def program_path(name: str) -> Path:

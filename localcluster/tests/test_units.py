@@ -111,7 +111,15 @@ def test_workload_jobs_mount_the_programs_and_run_them_under_mpirun():
         assert pod["volumes"] == [{"name": "workloads", "configMap": {"name": jobs.WORKLOADS_CONFIGMAP}}]
         assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/opt/mpiplat"
     cm = jobs.workloads_configmap("ns")
-    assert set(cm["data"]) == {"allreduce.py", "pingpong.py", "pi.py"}
+    assert set(cm["data"]) == {"allreduce.py", "pingpong.py", "pi.py", "checkpoint.py", "torchbench.py"}
     assert "MPIPLAT_RESULT" in cm["data"]["allreduce.py"]
     with pytest.raises(jobs.JobSpecError, match="workload 'nope' is unknown; allowed: allreduce"):
         jobs.mpijob(jobs.MPIJobSpec(name="x", workload="nope"))
+
+
+def test_a_pvc_is_mounted_in_the_launcher_and_every_worker():
+    job = jobs.mpijob(jobs.MPIJobSpec(name="ck", workload="checkpoint", pvc="ckpt", pvc_mount_path="/ckpt"))
+    for role in ("Launcher", "Worker"):
+        pod = job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
+        assert {"name": "data", "persistentVolumeClaim": {"claimName": "ckpt"}} in pod["volumes"]
+        assert {"name": "data", "mountPath": "/ckpt"} in pod["containers"][0]["volumeMounts"]

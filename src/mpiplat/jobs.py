@@ -76,6 +76,9 @@ class MPIJobSpec:
     workload: str | None = None
     workload_args: list[str] = field(default_factory=list)
     gpus_per_worker: int = 0
+    # A PersistentVolumeClaim mounted at pvc_mount_path in the launcher and every worker.
+    pvc: str | None = None
+    pvc_mount_path: str = "/data"
     cpu: str = "100m"
     memory: str = "128Mi"
     queue: str | None = None
@@ -136,8 +139,13 @@ def mpijob(spec: MPIJobSpec) -> dict:
         program = ["python3", f"{WORKLOADS_DIR}/{spec.workload}.py", *spec.workload_args]
         volumes = [{"name": "workloads", "configMap": {"name": WORKLOADS_CONFIGMAP}}]
         mounts = [{"name": "workloads", "mountPath": WORKLOADS_DIR, "readOnly": True}]
+    if spec.pvc:
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": spec.pvc}})
+        mounts.append({"name": "data", "mountPath": spec.pvc_mount_path})
     pod_spec_common = {
         "automountServiceAccountToken": False,
+        # The volume's files belong to the pods' group, so the non-root MPI user can write them.
+        **({"securityContext": {"fsGroup": spec.run_as_user}} if spec.pvc else {}),
         **({"volumes": volumes} if volumes else {}),
         **({"nodeSelector": dict(spec.node_selector)} if spec.node_selector else {}),
         **({"tolerations": list(spec.tolerations)} if spec.tolerations else {}),

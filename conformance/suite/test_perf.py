@@ -1,0 +1,90 @@
+"""PERF: GPU benchmarks (conformance/workloads/torchbench.py under mpirun) over a node sweep:
+NCCL all-reduce bus bandwidth, DDP scaling efficiency, and SC-002's 4-worker speed-up."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance import scaling
+from conformance.watch import run_workload_job
+from mpiplat import jobs
+
+NEEDS = ["gpus", "pod_network"]
+
+
+class Sweep:
+    """Runs each benchmark job once per shape and remembers the results for all PERF tests."""
+
+    def __init__(self, kube, run, settings):
+        self.kube, self.run, self.settings = kube, run, settings
+        self.cfg = settings.gpu_benchmark
+        self.cache: dict[tuple, dict] = {}
+        self.ns = None
+
+    def result(self, bench: str, nodes: int, gpus_per_node: int) -> list[dict]:
+        key = (bench, nodes, gpus_per_node)
+        if key not in self.cache:
+            image = self.settings.images.get("torch")
+            if not image:
+                pytest.fail("settings field images.torch is not set: the gpu profile needs an image with CUDA torch, "
+                            "mpi4py, Open MPI's mpirun and sshd on port 2222", pytrace=False)
+            if self.ns is None:
+                self.ns = self.run.namespace()
+                self.kube.core.create_namespaced_config_map(self.ns, jobs.workloads_configmap(self.ns))
+            args = ([bench, "--max-size", str(self.cfg["allreduce_max_bytes"])] if bench == "allreduce" else
+                    [bench, "--steps", str(self.cfg["ddp_steps"]), "--batch", str(self.cfg["ddp_batch"])])
+            spec = jobs.MPIJobSpec(
+                name=f"{bench}-{nodes}x{gpus_per_node}", namespace=self.ns, workers=nodes,
+                slots_per_worker=gpus_per_node, gpus_per_worker=gpus_per_node, image=image,
+                workload="torchbench", workload_args=args, cpu=self.cfg["worker_cpu"],
+                memory=self.cfg["worker_memory"], node_selector=dict(self.settings.node_selector),
+                tolerations=list(self.settings.tolerations))
+            self.cache[key] = run_workload_job(self.kube, jobs.mpijob(spec), "torchbench", nodes * gpus_per_node,
+                                               timeout=self.cfg["job_timeout_s"])
+        return self.cache[key]
+
+    def ddp_throughput(self, nodes: int, gpus_per_node: int) -> float:
+        [record] = self.result("ddp", nodes, gpus_per_node)
+        return record["samples_per_s"]
+
+
+@pytest.fixture(scope="module")
+def sweep(kube, run, settings) -> Sweep:
+    return Sweep(kube, run, settings)  # lazy: nothing runs until a test (not skipped) asks
+
+
+@pytest.mark.requirement("PERF-01", needs=NEEDS)
+def test_allreduce_bus_bandwidth_per_node_count(sweep, run):
+    gpn = sweep.cfg["gpus_per_node"]
+    for nodes in sweep.cfg["nodes"]:
+        records = sweep.result("allreduce", nodes, gpn)
+        peak = max(r["busbw_GBps"] for r in records)
+        run.record("PERF-01", f"all-reduce bus bandwidth, {nodes} node(s) x {gpn} GPUs ({records[0]['backend']})",
+                   peak, "GB/s", better="higher")
+        assert records[0]["backend"] == "nccl", f"{nodes} node(s): ran on {records[0]['backend']}, not NCCL"
+        assert peak > 0
+
+
+@pytest.mark.requirement("PERF-02", needs=NEEDS)
+def test_scaling_efficiency_meets_the_targets(sweep, run, settings):
+    gpn, nodes = sweep.cfg["gpus_per_node"], sweep.cfg["nodes"]
+    points = scaling.analyse({n: sweep.ddp_throughput(n, gpn) for n in nodes})
+    targets = {n: settings.thresholds[f"efficiency_{n}_nodes"] for n in (8, 16) if n <= max(nodes)}
+    for p in points:
+        run.record("PERF-02", f"DDP throughput, {p.nodes} node(s) x {gpn} GPUs", p.throughput, "samples/s",
+                   better="higher")
+        run.record("PERF-02", f"scaling efficiency at {p.nodes} node(s)", p.efficiency, "",
+                   target=targets.get(p.nodes), better="higher")
+    run.plots.append({"requirement": "PERF-02", "title": f"DDP scaling efficiency ({gpn} GPUs per node)",
+                      "svg": scaling.svg_plot(points, targets)})
+    failures = scaling.efficiency_failures(points, targets)
+    assert not failures, "; ".join(failures)
+
+
+@pytest.mark.requirement("PERF-03", needs=NEEDS)
+def test_four_workers_take_at_most_the_target_share_of_single_node_time(sweep, run, settings):
+    """A fixed amount of work: its time is inversely proportional to the measured throughput."""
+    ratio = scaling.time_ratio(1 / sweep.ddp_throughput(1, 1), 1 / sweep.ddp_throughput(4, 1))
+    target = settings.thresholds["perf03_time_ratio"]
+    run.record("PERF-03", "time of 4 workers x 1 GPU / time of 1 worker x 1 GPU", ratio, "", target=target)
+    assert ratio <= target, f"4 workers need {ratio:.0%} of the single-node time; target {target:.0%}"
