@@ -39,7 +39,7 @@ test: build lint
 	$(BIN)/mpiplat cluster down
 	$(BIN)/mpiplat cluster up
 	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/molecule test -s default
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=20
 
 lint: setup
 	$(BIN)/ruff check src localcluster conformance charts playbooks conftest.py

@@ -124,13 +124,20 @@ def capabilities(pytestconfig, kube, settings):
 
 
 @pytest.fixture(scope="session")
-def run(pytestconfig, kube, settings, capabilities):
+def _session_run(pytestconfig, kube, settings, capabilities):
     r = Run(kube, settings, keep=pytestconfig.getoption("--keep"))
     pytestconfig._mpiplat_run = r
     if pytestconfig.getoption("--profile") == "preflight":
         r.namespace = _read_only  # type: ignore[method-assign]
-    yield r
-    left = r.cleanup()
+    return r
+
+
+@pytest.fixture(scope="module")
+def run(_session_run):
+    """The run (one id and one set of figures for the session); its namespaces are deleted after
+    each module, so nothing outlives the suite's own tests, even in a longer pytest session."""
+    yield _session_run
+    left = _session_run.cleanup()
     if left:
         raise RuntimeError(f"namespaces left after cleanup: {left}")
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jinja2
@@ -136,4 +137,8 @@ def test_role_applies_the_dashboard_and_says_why_it_skips_operator_objects(kube,
     finally:
         gone = subprocess.run(cmd + ["-e", "state=absent"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert gone.returncode == 0, gone.stdout[-3000:]
-    assert "mpiplat-monitoring" not in [n.metadata.name for n in kube.core.list_namespace().items]
+    # The role deletes the namespace without waiting (see roles/monitoring/tasks/main.yml).
+    deadline = time.monotonic() + 120
+    while "mpiplat-monitoring" in [n.metadata.name for n in kube.core.list_namespace().items]:
+        assert time.monotonic() < deadline, "namespace mpiplat-monitoring still there 120 s after removal"
+        time.sleep(1)

@@ -68,16 +68,17 @@ def _bundle(args) -> int:
 def _conformance(args) -> int:
     from mpiplat.versions import REPO_ROOT
 
-    argv = [sys.executable, "-m", "pytest", str(REPO_ROOT / "conformance" / "suite"), "-p", "no:cacheprovider",
+    argv = [str(REPO_ROOT / "conformance" / "suite"), "-p", "no:cacheprovider",
             "-q", f"--profile={args.profile}", f"--report-dir={args.report_dir}", "--rootdir", str(REPO_ROOT)]
     for flag in ("kubeconfig", "context", "settings", "only"):
         if getattr(args, flag):
             argv.append(f"--{flag}={getattr(args, flag)}")
     argv += ["--keep"] if args.keep else []
     argv += [f"--capability={c}" for c in args.capability]
-    import subprocess
+    import pytest
 
-    return subprocess.call(argv)
+    # In this process, so Ctrl-C and SIGTERM reach the suite's own cleanup of its namespaces.
+    return int(pytest.main(argv))
 
 
 def _diagnose(args) -> int:
