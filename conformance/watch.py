@@ -7,7 +7,9 @@ from collections.abc import Callable
 
 from kubernetes import watch
 
-from mpiplat.kube import Kind, Kube, has_condition
+from conformance.workloads import results
+from mpiplat.diagnose import diagnose
+from mpiplat.kube import MPIJOB, Kind, Kube, has_condition
 
 JOB_LABEL = "training.kubeflow.org/job-name"
 ROLE_LABEL = "training.kubeflow.org/job-role"
@@ -72,10 +74,6 @@ def percentile(values: list[float], pct: float) -> float:
 def run_workload_job(kube: Kube, manifest: dict, program: str, ranks: int, timeout: float) -> list[dict]:
     """Submit a workload MPIJob, wait for it to end, and return its program's result records from
     the launcher's log. Fails with the job's diagnosis, or the program's own failed check."""
-    from conformance.workloads import results
-    from mpiplat.diagnose import diagnose
-    from mpiplat.kube import MPIJOB
-
     name, ns = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     kube.create(MPIJOB, manifest)
     seen = condition_times(kube, MPIJOB, name, ns, until=("Succeeded", "Failed"), timeout=timeout)

@@ -7,7 +7,16 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, condition_times, percentile, submit, wait_pods
+from conformance.watch import (
+    JOB_LABEL,
+    ROLE_LABEL,
+    all_running,
+    condition_times,
+    percentile,
+    run_workload_job,
+    submit,
+    wait_pods,
+)
 from mpiplat import jobs
 from mpiplat.kube import MPIJOB, TRAINJOB, has_condition
 
@@ -166,8 +175,6 @@ def test_checkpoint_on_a_shared_pvc_is_read_back_by_a_second_job(kube, run, sett
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ckpt"},
         "spec": {"accessModes": [storage["access_mode"]], "resources": {"requests": {"storage": storage["size"]}},
                  **({"storageClassName": storage["storage_class"]} if storage.get("storage_class") else {})}})
-    from conformance.watch import run_workload_job
-
     found = {}
     for mode in ("write", "read"):
         spec = _spec(settings, f"ckpt-{mode}", ns, workers=2, slots_per_worker=2, workload="checkpoint",

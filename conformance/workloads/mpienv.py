@@ -73,7 +73,7 @@ LAUNCH_ENV: dict[str, dict[str, str]] = {
 }
 
 # How each implementation's MPI_Get_library_version() begins: tells which MPI actually ran.
-LIBRARY_PREFIX: dict[str, str] = {"openmpi": "Open MPI", "mpich": "MPICH", "intel": "Intel(R) MPI", "torch": "Open MPI"}
+LIBRARY_PREFIX: dict[str, str] = {"openmpi": "Open MPI", "mpich": "MPICH", "intel": "Intel(R) MPI"}
 
 MARKER = ".mpiplat-ready.json"
 PIP_TIMEOUT_S = 1800

@@ -21,6 +21,8 @@ FAIL_EXIT_CODE = "mpiplat.io/failure-exit-code"  # annotation, e.g. "137"
 FAIL_DELAY = "mpiplat.io/failure-delay"  # annotation, Go duration
 
 IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
+
+
 def _base_images() -> dict[str, str]:
     from mpiplat.versions import load
 
