@@ -15,6 +15,8 @@ from mpiplat.kube import Kube
 
 @pytest.fixture(scope="session")
 def kube() -> Kube:
+    if os.environ.get("MPIPLAT_OFFLINE"):  # make test's offline lane runs beside the cluster lane
+        pytest.fail("this test uses the local cluster: mark it `cluster`")
     if not cluster.status()["healthy"]:
         cluster.up()
     return Kube(str(cluster.kubeconfig_path()))

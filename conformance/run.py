@@ -64,21 +64,30 @@ class Run:
         self.figures.append(fig)
         return fig
 
-    def cleanup(self, wait: float = 120) -> list[str]:
-        """Delete every namespace of this run (also ones a crashed earlier step left). Returns what is left."""
+    def delete_namespaces(self) -> None:
+        """Start deleting every namespace of this run (also ones a crashed earlier step left)."""
         if self.keep:
-            return []
-        selector = f"{RUN_LABEL}={self.id}"
-        names = {n.metadata.name for n in self.kube.core.list_namespace(label_selector=selector).items}
+            return
+        names = {n.metadata.name for n in self.kube.core.list_namespace(label_selector=self._selector).items}
         for name in names | set(self.namespaces):
             try:
                 self.kube.core.delete_namespace(name)
             except ApiException as err:
-                if err.status != 404:
+                if err.status not in (404, 409):  # gone, or already terminating
                     raise
+
+    @property
+    def _selector(self) -> str:
+        return f"{RUN_LABEL}={self.id}"
+
+    def cleanup(self, wait: float = 120) -> list[str]:
+        """Delete every namespace of this run and wait until they are gone. Returns what is left."""
+        if self.keep:
+            return []
+        self.delete_namespaces()
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            left = [n.metadata.name for n in self.kube.core.list_namespace(label_selector=selector).items]
+            left = [n.metadata.name for n in self.kube.core.list_namespace(label_selector=self._selector).items]
             if not left:
                 return []
             time.sleep(1)

@@ -77,7 +77,8 @@ class Controller:
         if self.name == "mpi-operator":
             return [exe, f"--kubeConfig={kubeconfig}", "--lock-namespace=mpi-operator",
                     "--monitoring-port=32771", "--threadiness=4", "--kube-api-qps=100",
-                    "--kube-api-burst=200", "-alsologtostderr"]
+                    "--kube-api-burst=200", "--controller-queue-rate-limit=100",
+                    "--controller-queue-burst=1000", "-alsologtostderr"]
         extra = ["--leader-elect=false"] if self.name == "jobset" else []
         return [exe, f"--config={confdir / 'config.yaml'}", f"--kubeconfig={kubeconfig}", *extra]
 
@@ -108,7 +109,7 @@ def _controller_config(ctl: Controller, pki: Path) -> dict | None:
             "managedJobsNamespaceSelector": {"matchExpressions": [{
                 "key": "kubernetes.io/metadata.name", "operator": "NotIn",
                 "values": ["kube-system", "kueue-system"]}]},
-            "waitForPodsReady": {"timeout": "60s", "blockAdmission": False,
+            "waitForPodsReady": {"timeout": "30s", "blockAdmission": False,
                                  "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 5,
                                                        "backoffMaxSeconds": 60}},
             "integrations": {"frameworks": ["kubeflow.org/mpijob", "trainer.kubeflow.org/trainjob"]},

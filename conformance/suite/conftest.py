@@ -67,6 +67,7 @@ def _requirement(item) -> tuple[str, list[str]] | None:
     return mark.args[0], list(mark.kwargs.get("needs", []))
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: the suite's tests are `cluster` tests
 def pytest_collection_modifyitems(config, items):
     profile = config.getoption("--profile")
     only = {i.strip().upper() for i in (config.getoption("--only") or "").split(",") if i.strip()}
@@ -81,6 +82,7 @@ def pytest_collection_modifyitems(config, items):
         req = _requirement(item)
         if req is None:
             raise pytest.UsageError(f"{item.nodeid} carries no requirement id (@pytest.mark.requirement)")
+        item.add_marker(pytest.mark.cluster)
         rid = req[0]
         if rid not in report.CATALOG:
             raise pytest.UsageError(f"{item.nodeid}: requirement {rid} is not in conformance/catalog.yml")
@@ -129,17 +131,19 @@ def _session_run(pytestconfig, kube, settings, capabilities):
     pytestconfig._mpiplat_run = r
     if pytestconfig.getoption("--profile") == "preflight":
         r.namespace = _read_only  # type: ignore[method-assign]
-    return r
+    yield r
+    left = r.cleanup()
+    if left:
+        raise RuntimeError(f"namespaces left after cleanup: {left}")
 
 
 @pytest.fixture(scope="module")
 def run(_session_run):
-    """The run (one id and one set of figures for the session); its namespaces are deleted after
-    each module, so nothing outlives the suite's own tests, even in a longer pytest session."""
+    """The run (one id and one set of figures for the session). Its namespaces are deleted after
+    each module, so nothing outlives the suite's own tests in a longer pytest session; the wait
+    until they are gone comes once, at the end of the session."""
     yield _session_run
-    left = _session_run.cleanup()
-    if left:
-        raise RuntimeError(f"namespaces left after cleanup: {left}")
+    _session_run.delete_namespaces()
 
 
 def _read_only(*_args, **_kwargs):
