@@ -3,15 +3,18 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup build demo test lint clean-cluster
+.PHONY: setup build demo test test-offline test-helm test-stack lint clean-cluster
 
 setup: $(VENV)/.installed
 
+# uv installs from its cache (~/.cache/uv) in seconds once warm.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check 'uv>=0.5,<1'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
 	touch $@
 
 # Build the pinned upstream binaries into the cache (~/.cache/mpiplat); fast when cached.
@@ -28,18 +31,30 @@ demo: build
 
 BUNDLE ?= /tmp/mpiplat-test-bundle
 
-# Lint; molecule `helm` on a bare local cluster from a fresh bundle; molecule `default` on the full
-# local cluster (it leaves the stack and the teams installed); then pytest: unit tests, local cluster,
-# playbooks, charts, MPI workloads and the conformance suite. pytest's last test stops the cluster.
-test: build lint
-	$(BIN)/mpiplat cluster down
-	$(BIN)/mpiplat cluster up --bare
-	rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE)
-	eval "$$($(BIN)/mpiplat cluster env)" && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm
-	$(BIN)/mpiplat cluster down
-	$(BIN)/mpiplat cluster up
-	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/molecule test -s default
-	$(BIN)/pytest --durations=20
+# Three lanes at once, each line of output prefixed with its lane (they mostly wait on API servers):
+#   offline: lint, then every test not marked `cluster` (unit, charts, MPI workloads, reports);
+#   helm:    molecule `helm` on a bare cluster of its own (MPIPLAT_CLUSTER=helm) from a fresh bundle;
+#   stack:   molecule `default` on the full local cluster (it leaves the stack and the teams installed),
+#            then the `cluster` tests: conformance suite, local cluster, playbooks. The last one stops
+#            the cluster.
+test: build
+	@$(MAKE) --no-print-directory -j3 test-offline test-helm test-stack
+
+test-offline: setup
+	{ $(MAKE) --no-print-directory lint && MPIPLAT_OFFLINE=1 $(BIN)/pytest -m "not cluster" -p no:cacheprovider \
+	  --durations=10; } 2>&1 | sed -u 's/^/[offline] /'
+
+test-helm: build
+	{ export MPIPLAT_CLUSTER=helm && trap '$(BIN)/mpiplat cluster down >/dev/null 2>&1' EXIT \
+	  && $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up --bare \
+	  && rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE) && eval "$$($(BIN)/mpiplat cluster env)" \
+	  && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm; } 2>&1 \
+	  | sed -u 's/^/[helm] /'
+
+test-stack: build
+	{ $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up && eval "$$($(BIN)/mpiplat cluster env)" \
+	  && $(BIN)/molecule test -s default && $(BIN)/pytest -m cluster --durations=20; } 2>&1 \
+	  | sed -u 's/^/[stack] /'
 
 lint: setup
 	$(BIN)/ruff check src localcluster conformance charts playbooks conftest.py

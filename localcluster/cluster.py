@@ -4,12 +4,16 @@ State lives outside the repo in $MPIPLAT_STATE (default ~/.local/state/mpiplat):
   kwok/clusters/mpiplat/   kwokctl's workdir (kubeconfig.yaml, pki, logs, pids)
   pki/                     the local webhook CA and serving certificate
   <controller>/            each controller's config; logs/<controller>.log; pids/<controller>.pid
+
+$MPIPLAT_CLUSTER names another, bare cluster beside it (state in $MPIPLAT_STATE-<name>, its own
+control-plane ports), e.g. `helm` for the molecule scenario that installs the upstream charts.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,9 +37,11 @@ UPSTREAM_STAGES = ("kustomize/stage/node/fast/node-initialize.yaml",
                    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
                    "kustomize/stage/pod/fast/pod-ready.yaml",
                    "kustomize/stage/pod/fast/pod-delete.yaml")
-# Control-plane ports chosen by us, so that `down` can prove them free.
+DEFAULT_INSTANCE = "mpiplat"  # the full cluster; other instances are bare
+# Control-plane ports of the default instance, chosen by us so that `down` can prove them free.
+# Another instance shifts them all down by a multiple of 10 derived from its name.
 CONTROL_PLANE_PORTS = {"kube-apiserver": 32765, "etcd": 32764, "kube-controller-manager": 32763,
-                       "kube-scheduler": 32762, "kwok-controller": 32761}
+                       "kube-scheduler": 32762, "kwok-controller": 32761, "etcd-peer": 32766}
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
 NAMESPACES = ("mpi-operator", "kueue-system", "kubeflow-system")
 
@@ -43,9 +50,28 @@ class ClusterError(RuntimeError):
     """The cluster could not be brought to the asked state; the message says what to do."""
 
 
+def instance() -> str:
+    """Which local cluster: $MPIPLAT_CLUSTER, default `mpiplat` (the full cluster)."""
+    name = os.environ.get("MPIPLAT_CLUSTER", DEFAULT_INSTANCE)
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?", name):
+        raise ClusterError(f"MPIPLAT_CLUSTER={name!r} is not allowed: use up to 32 lowercase letters, "
+                           "digits and '-', starting and ending with a letter or digit")
+    return name
+
+
+def control_plane_ports() -> dict[str, int]:
+    name = instance()
+    if name == DEFAULT_INSTANCE:
+        return dict(CONTROL_PLANE_PORTS)
+    shift = 10 * (1 + zlib.crc32(name.encode()) % 150)  # stays above 31000, below the default's
+    return {k: v - shift for k, v in CONTROL_PLANE_PORTS.items()}
+
+
 def state_dir() -> Path:
     default = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "mpiplat"
-    return Path(os.environ.get("MPIPLAT_STATE", default))
+    base = Path(os.environ.get("MPIPLAT_STATE", default))
+    name = instance()
+    return base if name == DEFAULT_INSTANCE else base.with_name(f"{base.name}-{name}")
 
 
 def kwok_workdir() -> Path:
@@ -349,8 +375,15 @@ def _apiserver_ready() -> bool:
 def _kwok_config(comps: dict[str, Component]) -> Path:
     """A kwokctl config: local binaries, loopback binding, and our Stages."""
     k8s = comps["kubernetes"]
+    ports = control_plane_ports()
     options = {
         "runtime": "binary",
+        "kubeApiserverPort": ports["kube-apiserver"],
+        "etcdPort": ports["etcd"],
+        "etcdPeerPort": ports["etcd-peer"],
+        "kubeControllerManagerPort": ports["kube-controller-manager"],
+        "kubeSchedulerPort": ports["kube-scheduler"],
+        "kwokControllerPort": ports["kwok-controller"],
         "kubeVersion": k8s.version.lstrip("v"),
         "bindAddress": "127.0.0.1",
         "kubeApiserverBinary": str(build.binary("kube-apiserver", comps)),
@@ -381,6 +414,9 @@ def up(node_pools: str | None = None, bare: bool = False) -> None:
     """Start (or reuse) the cluster. bare: control plane and nodes only, no upstream CRDs or
     controllers, for installing the upstream components with Helm (molecule scenario `helm`)."""
     start = time.monotonic()
+    if not bare and instance() != DEFAULT_INSTANCE:
+        raise ClusterError(f"MPIPLAT_CLUSTER={instance()}: only the default cluster ({DEFAULT_INSTANCE}) runs the "
+                           "host controllers (their ports are fixed); start this one with --bare")
     comps = load()
     build.build()
     state_dir().mkdir(parents=True, exist_ok=True)
@@ -395,13 +431,11 @@ def up(node_pools: str | None = None, bare: bool = False) -> None:
             _kwokctl("start", "cluster", f"--name={NAME}")
         else:
             _say("control plane: creating with kwokctl (binary runtime)")
-            ports = CONTROL_PLANE_PORTS
+            busy = [p for p in control_plane_ports().values() if _port_open(p)]
+            if busy:
+                raise ClusterError(f"cluster {instance()}: control-plane ports {busy} are in use by something else")
             _kwokctl("create", "cluster", f"--name={NAME}", f"--config={_kwok_config(comps)}",
                      f"--kubeconfig={state_dir() / 'kwokctl-contexts.yaml'}",
-                     f"--kube-apiserver-port={ports['kube-apiserver']}", f"--etcd-port={ports['etcd']}",
-                     f"--kube-controller-manager-port={ports['kube-controller-manager']}",
-                     f"--kube-scheduler-port={ports['kube-scheduler']}",
-                     f"--controller-port={ports['kwok-controller']}",
                      "--disable-qps-limits", "--wait=90s")
         _wait("kube-apiserver", _apiserver_ready, 90,
               f"see {kwok_workdir() / 'clusters' / NAME / 'logs'}")
@@ -466,7 +500,9 @@ def _tail(path: Path, n: int = 15) -> str:
 
 
 def all_ports() -> list[int]:
-    return sorted(set(CONTROL_PLANE_PORTS.values()) | {p for c in CONTROLLERS for p in c.ports})
+    """Every port this instance listens on (only the default one runs the host controllers)."""
+    controllers = {p for c in CONTROLLERS for p in c.ports} if instance() == DEFAULT_INSTANCE else set()
+    return sorted(set(control_plane_ports().values()) | controllers)
 
 
 def down() -> None:
@@ -500,7 +536,7 @@ def down() -> None:
 def status() -> dict:
     comps: dict[str, dict] = {}
     cluster_dir = kwok_workdir() / "clusters" / NAME
-    for name in CONTROL_PLANE_PORTS:
+    for name in ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok-controller"):
         pid = _read_pid(cluster_dir / "pids" / f"{name}.pid")
         comps[name] = {"running": bool(pid and _alive(pid)), "pid": pid}
     comps["kube-apiserver"]["healthy"] = comps["kube-apiserver"]["running"] and _apiserver_ready()

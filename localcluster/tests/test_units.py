@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from localcluster import build, nodes
+from localcluster import build, cluster, nodes
 from mpiplat import jobs, versions
 
 
@@ -123,3 +123,30 @@ def test_a_pvc_is_mounted_in_the_launcher_and_every_worker():
         pod = job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
         assert {"name": "data", "persistentVolumeClaim": {"claimName": "ckpt"}} in pod["volumes"]
         assert {"name": "data", "mountPath": "/ckpt"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_another_instance_has_its_own_state_and_ports(monkeypatch, tmp_path):
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "mpiplat"))
+    monkeypatch.delenv("MPIPLAT_CLUSTER", raising=False)
+    default_ports = cluster.control_plane_ports()
+    assert cluster.state_dir() == tmp_path / "mpiplat"
+    monkeypatch.setenv("MPIPLAT_CLUSTER", "helm")
+    ports = cluster.control_plane_ports()
+    assert cluster.state_dir() == tmp_path / "mpiplat-helm"
+    assert cluster.kubeconfig_path().is_relative_to(tmp_path / "mpiplat-helm")
+    assert not set(ports.values()) & set(default_ports.values())
+    assert not set(ports.values()) & {p for c in cluster.CONTROLLERS for p in c.ports}
+    assert set(cluster.all_ports()) == set(ports.values())  # no host controllers in a bare instance
+
+
+@pytest.mark.parametrize("name", ["Helm", "a_b", "-x", "x" * 33])
+def test_bad_instance_names_are_refused(monkeypatch, name):
+    monkeypatch.setenv("MPIPLAT_CLUSTER", name)
+    with pytest.raises(cluster.ClusterError, match=f"MPIPLAT_CLUSTER='{name}' is not allowed"):
+        cluster.state_dir()
+
+
+def test_only_the_default_instance_runs_the_controllers(monkeypatch):
+    monkeypatch.setenv("MPIPLAT_CLUSTER", "helm")
+    with pytest.raises(cluster.ClusterError, match="start this one with --bare"):
+        cluster.up()
