@@ -81,14 +81,23 @@ class Run:
         return f"{RUN_LABEL}={self.id}"
 
     def cleanup(self, wait: float = 120) -> list[str]:
-        """Delete every namespace of this run and wait until they are gone. Returns what is left."""
+        """Delete every namespace of this run and wait until they are gone. Returns what is left.
+        An interrupt (Ctrl-C, SIGTERM) during the wait is raised once it is over; a second one at once."""
         if self.keep:
             return []
         self.delete_namespaces()
+        interrupt: BaseException | None = None
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            left = [n.metadata.name for n in self.kube.core.list_namespace(label_selector=self._selector).items]
-            if not left:
-                return []
-            time.sleep(1)
+        while True:
+            try:
+                left = [n.metadata.name for n in self.kube.core.list_namespace(label_selector=self._selector).items]
+                if not left or time.monotonic() >= deadline:
+                    break
+                time.sleep(1)
+            except KeyboardInterrupt as err:
+                if interrupt:
+                    raise
+                interrupt = err
+        if interrupt:
+            raise interrupt
         return left

@@ -131,19 +131,27 @@ def _session_run(pytestconfig, kube, settings, capabilities):
     pytestconfig._mpiplat_run = r
     if pytestconfig.getoption("--profile") == "preflight":
         r.namespace = _read_only  # type: ignore[method-assign]
-    yield r
-    left = r.cleanup()
-    if left:
-        raise RuntimeError(f"namespaces left after cleanup: {left}")
+    return r
+
+
+def pytest_collection_finish(session):
+    suite = [item.path for item in session.items if SUITE in item.path.parents]
+    session.config._mpiplat_last_module = suite[-1] if suite else None
 
 
 @pytest.fixture(scope="module")
-def run(_session_run):
+def run(_session_run, request):
     """The run (one id and one set of figures for the session). Its namespaces are deleted after
     each module, so nothing outlives the suite's own tests in a longer pytest session; the wait
-    until they are gone comes once, at the end of the session."""
+    until they are gone comes after the suite's last module, or at once when interrupted."""
     yield _session_run
-    _session_run.delete_namespaces()
+    session = request.session
+    if request.path == session.config._mpiplat_last_module or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        left = _session_run.cleanup()
+        if left:
+            raise RuntimeError(f"namespaces left after cleanup: {left}")
+    else:
+        _session_run.delete_namespaces()
 
 
 def _read_only(*_args, **_kwargs):
