@@ -63,7 +63,7 @@ def control_plane_ports() -> dict[str, int]:
     name = instance()
     if name == DEFAULT_INSTANCE:
         return dict(CONTROL_PLANE_PORTS)
-    shift = 10 * (1 + zlib.crc32(name.encode()) % 150)  # stays above 31000, below the default's
+    shift = 10 * (1 + zlib.crc32(name.encode()) % 150)  # 31261-32756: clear of the controllers' ports
     return {k: v - shift for k, v in CONTROL_PLANE_PORTS.items()}
 
 
@@ -102,19 +102,21 @@ class Controller:
         exe = str(build.binary(self.name))
         if self.name == "mpi-operator":
             return [exe, f"--kubeConfig={kubeconfig}", "--lock-namespace=mpi-operator",
-                    "--monitoring-port=32771", "--threadiness=4", "--kube-api-qps=100",
+                    "--monitoring-port=31171", "--threadiness=4", "--kube-api-qps=100",
                     "--kube-api-burst=200", "--controller-queue-rate-limit=100",
                     "--controller-queue-burst=1000", "-alsologtostderr"]
         extra = ["--leader-elect=false"] if self.name == "jobset" else []
         return [exe, f"--config={confdir / 'config.yaml'}", f"--kubeconfig={kubeconfig}", *extra]
 
 
+# Every port we choose lies below Linux's ephemeral range (32768-60999), where any outgoing
+# connection could hold it when a controller starts.
 CONTROLLERS = (
-    Controller("mpi-operator", "mpi-operator", "http://127.0.0.1:8080/healthz", ports=(8080, 32771)),
-    Controller("kueue", "kueue", "http://127.0.0.1:32774/readyz", 32772, (32772, 32773, 32774)),
-    Controller("jobset", "jobset", "http://127.0.0.1:32777/readyz", 32775, (32775, 32776, 32777)),
-    Controller("trainer-controller-manager", "trainer", "http://127.0.0.1:32779/readyz", 32778,
-               (32778, 32779)),
+    Controller("mpi-operator", "mpi-operator", "http://127.0.0.1:8080/healthz", ports=(8080, 31171)),
+    Controller("kueue", "kueue", "http://127.0.0.1:31174/readyz", 31172, (31172, 31173, 31174)),
+    Controller("jobset", "jobset", "http://127.0.0.1:31177/readyz", 31175, (31175, 31176, 31177)),
+    Controller("trainer-controller-manager", "trainer", "http://127.0.0.1:31179/readyz", 31178,
+               (31178, 31179)),
 )
 
 
@@ -125,8 +127,8 @@ def _controller_config(ctl: Controller, pki: Path) -> dict | None:
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
             "namespace": "kueue-system",
-            "health": {"healthProbeBindAddress": "127.0.0.1:32774"},
-            "metrics": {"bindAddress": "127.0.0.1:32773"},
+            "health": {"healthProbeBindAddress": "127.0.0.1:31174"},
+            "metrics": {"bindAddress": "127.0.0.1:31173"},
             "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port, "certDir": str(pki)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
@@ -145,8 +147,8 @@ def _controller_config(ctl: Controller, pki: Path) -> dict | None:
         return {
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
             "kind": "Configuration",
-            "health": {"healthProbeBindAddress": "127.0.0.1:32777"},
-            "metrics": {"bindAddress": "127.0.0.1:32776"},
+            "health": {"healthProbeBindAddress": "127.0.0.1:31177"},
+            "metrics": {"bindAddress": "127.0.0.1:31176"},
             "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port, "certDir": str(pki)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
@@ -158,7 +160,7 @@ def _controller_config(ctl: Controller, pki: Path) -> dict | None:
             "kind": "Configuration",
             "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port},
             "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": "127.0.0.1:32779"},
+            "health": {"healthProbeBindAddress": "127.0.0.1:31179"},
             "certManagement": {"enable": False},
         }
     return None

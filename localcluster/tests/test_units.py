@@ -137,6 +137,8 @@ def test_another_instance_has_its_own_state_and_ports(monkeypatch, tmp_path):
     assert not set(ports.values()) & set(default_ports.values())
     assert not set(ports.values()) & {p for c in cluster.CONTROLLERS for p in c.ports}
     assert set(cluster.all_ports()) == set(ports.values())  # no host controllers in a bare instance
+    monkeypatch.delenv("MPIPLAT_CLUSTER")
+    assert max(cluster.all_ports()) < 32768  # below the ephemeral range outgoing connections use
 
 
 @pytest.mark.parametrize("name", ["Helm", "a_b", "-x", "x" * 33])
