@@ -9,8 +9,8 @@ import uuid
 import pytest
 from kubernetes import client
 
-from localcluster import cluster
 from mpiplat.kube import Kube
+from mpiplat.localcluster import cluster
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +35,7 @@ def namespace(kube: Kube):
 @pytest.fixture(scope="session")
 def ansible_env(kube: Kube) -> dict[str, str]:
     """Environment for ansible-playbook against the local cluster."""
-    from localcluster.build import binary
+    from mpiplat.localcluster.build import binary
 
     return dict(os.environ, KUBECONFIG=str(cluster.kubeconfig_path()), MPIPLAT_HELM=str(binary("helm")),
                 ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")

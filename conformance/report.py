@@ -75,9 +75,17 @@ def _fmt_target(f: dict) -> str:
     return f"{op} {f['target']} {f['unit']}".strip()
 
 
+def cluster_name(meta: dict) -> str:
+    """The cluster as a report names it: API server URL, server version, context."""
+    c = meta.get("cluster") or {}
+    if not isinstance(c, dict):
+        return str(c)
+    return f"{c.get('server', '?')} (Kubernetes {c.get('version', '?')}, context {c.get('context') or '-'})"
+
+
 def _markdown(data: dict) -> str:
     m, s = data["meta"], data["summary"]
-    lines = [f"# MPI training conformance report: {m.get('cluster', 'cluster')}", "",
+    lines = [f"# MPI training conformance report: {cluster_name(m)}", "",
              f"- run {m.get('run_id')} on {m.get('started')}, profile `{m.get('profile')}`, "
              f"duration {m.get('duration_s', 0):.0f} s",
              f"- capabilities: {', '.join(f'{k}={v}' for k, v in m.get('capabilities', {}).items())}",
@@ -126,7 +134,7 @@ def _html(data: dict, svgs: list[str]) -> str:
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>mpiplat conformance</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
 padding:4px 8px;text-align:left}}pre{{background:#f6f8fa;padding:1em}}</style></head><body>
-<h1>MPI training conformance report: {html.escape(str(m.get('cluster', 'cluster')))}</h1>
+<h1>MPI training conformance report: {html.escape(cluster_name(m))}</h1>
 <p>Run {html.escape(str(m.get('run_id')))} on {html.escape(str(m.get('started')))}, profile
 <code>{html.escape(str(m.get('profile')))}</code>, duration {m.get('duration_s', 0):.0f} s.
 <b>{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped.</b></p>

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from conformance.settings import Settings, Team
+from mpiplat.conformance.settings import Settings, Team
 from mpiplat.kube import LOCALQUEUE, Kube
 
 RUN_LABEL = "mpiplat.io/conformance-run"

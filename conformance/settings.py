@@ -9,11 +9,13 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from mpiplat.errors import MpiplatError
+
 SCHEMA = json.loads((Path(__file__).with_name("settings.schema.json")).read_text())
 LOCAL = Path(__file__).with_name("settings") / "local.yml"
 
 
-class SettingsError(ValueError):
+class SettingsError(MpiplatError, ValueError):
     """Invalid settings; the message names the field, the value and what is allowed."""
 
 

@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 from kubernetes import watch
 
-from conformance.workloads import results
+from mpiplat.conformance.workloads import results
 from mpiplat.diagnose import diagnose
+from mpiplat.jobs import JOB_LABEL, ROLE_LABEL
 from mpiplat.kube import MPIJOB, Kind, Kube, has_condition
 
-JOB_LABEL = "training.kubeflow.org/job-name"
-ROLE_LABEL = "training.kubeflow.org/job-role"
+__all__ = ["JOB_LABEL", "ROLE_LABEL"]  # re-exported for the suite's tests
 
 
 def submit(kube: Kube, kind: Kind, manifest: dict) -> tuple[dict, float]:

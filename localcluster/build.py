@@ -18,10 +18,11 @@ import threading
 import time
 from pathlib import Path
 
+from mpiplat.errors import MpiplatError
 from mpiplat.versions import Component, cache_dir, load
 
 
-class BuildError(RuntimeError):
+class BuildError(MpiplatError, RuntimeError):
     """A component failed to build; the message names it and the command to retry."""
 
 

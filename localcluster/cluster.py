@@ -28,7 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from localcluster import build, certs, nodes
+from mpiplat.errors import MpiplatError
+from mpiplat.localcluster import build, certs, nodes
 from mpiplat.versions import Component, VersionsError, load, module_dir
 
 NAME = "mpiplat"
@@ -46,7 +47,7 @@ KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's 
 NAMESPACES = ("mpi-operator", "kueue-system", "kubeflow-system")
 
 
-class ClusterError(RuntimeError):
+class ClusterError(MpiplatError, RuntimeError):
     """The cluster could not be brought to the asked state; the message says what to do."""
 
 

@@ -7,7 +7,6 @@ import time
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from localcluster import cluster
 from mpiplat import jobs
 from mpiplat.kube import MPIJOB, Kube, has_condition
 
@@ -31,11 +30,7 @@ def _fresh_namespace(kube: Kube) -> None:
         name=NAMESPACE, labels={"mpiplat.io/demo": "true"})))
 
 
-def run() -> int:
-    if not cluster.status()["healthy"]:
-        print("error: the local reference cluster is not healthy; run `mpiplat cluster up` first")
-        return 1
-    kube = Kube(str(cluster.kubeconfig_path()))
+def run(kube: Kube) -> int:
     _fresh_namespace(kube)
     spec = jobs.MPIJobSpec(name="demo-pi", namespace=NAMESPACE, workers=2,
                            launcher_annotations={jobs.COMPLETE_AFTER: "3s"})

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from mpiplat.errors import MpiplatError
+
 DEFAULT_SPEC = Path(__file__).with_name("nodepools.yml")
 GPU_RESOURCE = "nvidia.com/gpu"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -14,7 +16,7 @@ POOL_LABEL = "mpiplat.io/node-pool"
 MAX_PODS = "250"
 
 
-class NodePoolError(ValueError):
+class NodePoolError(MpiplatError, ValueError):
     """A node-pool spec is invalid."""
 
 

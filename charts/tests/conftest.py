@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from helmcli import CHARTS, Helm
 
-from localcluster import build
+from mpiplat.localcluster import build
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from conformance.run import RUN_LABEL
-from mpiplat.versions import REPO_ROOT
+from mpiplat.conformance.run import RUN_LABEL
 
 pytestmark = pytest.mark.cluster
 
@@ -24,7 +23,7 @@ def _ours(kube) -> set[str]:
 def test_interrupted_run_deletes_its_namespaces(kube, tmp_path, sig):
     before = _ours(kube)
     proc = subprocess.Popen([sys.executable, "-m", "mpiplat.cli", "conformance", "run", "--only", "JOB-06",
-                             "--report-dir", str(tmp_path)], cwd=REPO_ROOT,
+                             "--report-dir", str(tmp_path), "--kubeconfig", kube.kubeconfig], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while not (_ours(kube) - before) and time.monotonic() < deadline and proc.poll() is None:

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance import scaling
+from mpiplat.conformance import scaling
 
 # Recorded NCCL all-reduce bus bandwidth (GB/s) of a cluster that scales well, and one that does not.
 GOOD = {1: 180.0, 2: 352.0, 4: 690.0, 8: 1310.0, 16: 2380.0}

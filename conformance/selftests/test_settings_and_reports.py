@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import report
-from conformance.run import Figure
-from conformance.settings import SettingsError, load, parse
+from mpiplat.conformance import report
+from mpiplat.conformance.run import Figure
+from mpiplat.conformance.settings import SettingsError, load, parse
 
 SUITE = Path(__file__).resolve().parents[1] / "suite"
 

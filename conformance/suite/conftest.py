@@ -7,18 +7,17 @@ namespaces, figures and reports.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from conformance import capabilities as caps
-from conformance import report
-from conformance.run import Run
-from conformance.settings import SettingsError, load
-from mpiplat.kube import Kube
+from mpiplat.conformance import capabilities as caps
+from mpiplat.conformance import report
+from mpiplat.conformance.run import Run
+from mpiplat.conformance.settings import SettingsError, load
+from mpiplat.kube import Kube, KubeconfigError
 
 SUITE = Path(__file__).resolve().parent
 PROFILES = {
@@ -31,8 +30,8 @@ PROFILES = {
 
 def pytest_addoption(parser):
     g = parser.getgroup("mpiplat conformance")
-    g.addoption("--kubeconfig", help="kubeconfig of the cluster under test (default: the local reference cluster)")
-    g.addoption("--context", help="kubeconfig context")
+    g.addoption("--kubeconfig", help="kubeconfig of the cluster under test (default: $KUBECONFIG, else ~/.kube/config)")
+    g.addoption("--context", help="kubeconfig context (default: the current context)")
     g.addoption("--profile", default="simulated", choices=sorted(PROFILES),
                 help="which requirements run (default simulated)")
     g.addoption("--settings", help="settings file (default conformance/settings/local.yml)")
@@ -100,16 +99,15 @@ def settings(pytestconfig):
 
 
 @pytest.fixture(scope="session")
-def kube(pytestconfig, request):
-    path = pytestconfig.getoption("--kubeconfig") or os.environ.get("MPIPLAT_CONFORMANCE_KUBECONFIG")
-    if not path:
-        from localcluster import cluster
-
-        if not cluster.status()["healthy"]:
-            cluster.up()
-        path = str(cluster.kubeconfig_path())
-    pytestconfig._mpiplat_cluster = Path(path).name
-    return Kube(path, pytestconfig.getoption("--context"))
+def kube(pytestconfig):
+    """The cluster under test, found like kubectl finds it (--kubeconfig, else $KUBECONFIG, else
+    ~/.kube/config; --context, else the current context). The suite never starts a cluster."""
+    try:
+        k = Kube(pytestconfig.getoption("--kubeconfig"), pytestconfig.getoption("--context"))
+        pytestconfig._mpiplat_cluster = k.identity()
+    except KubeconfigError as err:
+        pytest.exit(f"error: {err}", returncode=pytest.ExitCode.USAGE_ERROR)
+    return k
 
 
 @pytest.fixture(scope="session")
@@ -193,7 +191,7 @@ def pytest_sessionfinish(session, exitstatus):
         return
     run = getattr(config, "_mpiplat_run", None)
     meta = {"run_id": run.id if run else None, "started": report.now(), "profile": config.getoption("--profile"),
-            "cluster": getattr(config, "_mpiplat_cluster", ""), "settings": config._mpiplat_settings.source,
+            "cluster": getattr(config, "_mpiplat_cluster", {}), "settings": config._mpiplat_settings.source,
             "capabilities": getattr(config, "_mpiplat_capabilities", {}),
             "duration_s": time.monotonic() - config._mpiplat_started}
     out = Path(config.getoption("--report-dir"))

@@ -7,8 +7,8 @@ import time
 import pytest
 from kubernetes import watch
 
-from conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, condition_times, wait_pods
 from mpiplat import jobs
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, condition_times, wait_pods
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import MPIJOB
 

@@ -28,7 +28,8 @@ def _rejected(kube, manifest: dict) -> tuple[str, float]:
 
 
 def _job(settings, name: str, ns: str, **kw) -> dict:
-    return jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, image=settings.images["OpenMPI"], **kw))
+    return jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, image=settings.images["OpenMPI"],
+                                       gpu_resource=settings.gpu_resource, **kw))
 
 
 @pytest.mark.requirement("FAIL-03")

@@ -35,7 +35,7 @@ def test_mpijob_and_trainer_apis_are_served_and_controllers_healthy(kube, capabi
         assert crd is not None, f"CRD {name}.trainer.kubeflow.org is missing"
         assert "v1alpha1" in _served(crd)
     if capabilities.simulated:
-        from localcluster import cluster
+        from mpiplat.localcluster import cluster
 
         comps = cluster.status()["components"]
         unhealthy = [n for n in ("mpi-operator", "trainer-controller-manager", "jobset") if not comps[n]["healthy"]]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, wait_pods
 from mpiplat import jobs
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, wait_pods
 from mpiplat.kube import MPIJOB, label_selector
 
 

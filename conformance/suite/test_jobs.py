@@ -7,7 +7,9 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from conformance.watch import (
+from mpiplat import jobs
+from mpiplat.conformance import workloads
+from mpiplat.conformance.watch import (
     JOB_LABEL,
     ROLE_LABEL,
     all_running,
@@ -17,7 +19,6 @@ from conformance.watch import (
     submit,
     wait_pods,
 )
-from mpiplat import jobs
 from mpiplat.kube import MPIJOB, TRAINJOB, has_condition
 
 IMPLEMENTATIONS = [
@@ -39,7 +40,7 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, set
     """The allreduce workload (delivered by ConfigMap) runs on 3 workers x 2 slots; where pods run
     for real, the program's own check must pass on all 6 ranks."""
     ns = run.namespace()
-    kube.core.create_namespaced_config_map(ns, jobs.workloads_configmap(ns))
+    kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
     spec = _spec(settings, "hello", ns, implementation=implementation, workers=3, slots_per_worker=2,
                  workload="allreduce", launcher_annotations={jobs.COMPLETE_AFTER: "4s"})
     kube.create(MPIJOB, jobs.mpijob(spec))
@@ -48,7 +49,7 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, set
     hostfile = kube.core.read_namespaced_config_map("hello-config", ns).data["hostfile"].splitlines()
     assert hostfile == [line.format(host=f"hello-worker-{i}.hello.{ns}.svc", slots=2) for i in range(3)]
     if capabilities.pod_network:
-        from conformance.workloads import results
+        from mpiplat.conformance.workloads import results
 
         launcher = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=hello,{ROLE_LABEL}=launcher").items
         log = kube.core.read_namespaced_pod_log(launcher[-1].metadata.name, ns)
@@ -169,7 +170,7 @@ def test_checkpoint_on_a_shared_pvc_is_read_back_by_a_second_job(kube, run, sett
     """checkpoint.py writes each rank's state to one PVC mounted by every worker (each rank must
     see every rank's file); a second job reads it back and verifies every byte."""
     ns = run.namespace()
-    kube.core.create_namespaced_config_map(ns, jobs.workloads_configmap(ns))
+    kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
     storage = settings.storage
     kube.core.create_namespaced_persistent_volume_claim(ns, {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ckpt"},

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import scaling
-from conformance.watch import run_workload_job
 from mpiplat import jobs
+from mpiplat.conformance import scaling, workloads
+from mpiplat.conformance.watch import run_workload_job
 
 NEEDS = ["gpus", "pod_network"]
 
@@ -30,12 +30,13 @@ class Sweep:
                             "mpi4py, Open MPI's mpirun and sshd on port 2222", pytrace=False)
             if self.ns is None:
                 self.ns = self.run.namespace()
-                self.kube.core.create_namespaced_config_map(self.ns, jobs.workloads_configmap(self.ns))
+                self.kube.core.create_namespaced_config_map(self.ns, workloads.configmap(self.ns))
             args = ([bench, "--max-size", str(self.cfg["allreduce_max_bytes"])] if bench == "allreduce" else
                     [bench, "--steps", str(self.cfg["ddp_steps"]), "--batch", str(self.cfg["ddp_batch"])])
             spec = jobs.MPIJobSpec(
                 name=f"{bench}-{nodes}x{gpus_per_node}", namespace=self.ns, workers=nodes,
-                slots_per_worker=gpus_per_node, gpus_per_worker=gpus_per_node, image=image,
+                slots_per_worker=gpus_per_node, gpus_per_worker=gpus_per_node,
+                gpu_resource=self.settings.gpu_resource, image=image,
                 workload="torchbench", workload_args=args, cpu=self.cfg["worker_cpu"],
                 memory=self.cfg["worker_memory"], node_selector=dict(self.settings.node_selector),
                 tolerations=list(self.settings.tolerations))

@@ -7,11 +7,11 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from conformance.queues import gpu_capacity
-from conformance.watch import JOB_LABEL, condition_times
 from mpiplat import jobs
+from mpiplat.conformance.watch import JOB_LABEL, condition_times
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import CLUSTERQUEUE, MPIJOB, WORKLOAD, has_condition
+from mpiplat.queues import gpu_capacity
 
 
 def _team(settings, i: int = 0):
@@ -21,7 +21,8 @@ def _team(settings, i: int = 0):
 
 
 def _job(settings, name: str, ns: str, workers: int, **kw) -> dict:
-    return jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, workers=workers, gpus_per_worker=1, queue="lq",
+    return jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, workers=workers, gpus_per_worker=1,
+                                       gpu_resource=settings.gpu_resource, queue="lq",
                                        image=settings.images["OpenMPI"], node_selector=dict(settings.node_selector),
                                        tolerations=list(settings.tolerations), **kw))
 
@@ -47,7 +48,7 @@ def test_kueue_integrations_and_every_team_queue_active(kube, settings, capabili
     if capabilities.simulated:
         import yaml
 
-        from localcluster import cluster
+        from mpiplat.localcluster import cluster
         config = yaml.safe_load((cluster.state_dir() / "kueue" / "config.yaml").read_text())
     else:
         cms = kube.core.list_config_map_for_all_namespaces(field_selector="metadata.name=kueue-manager-config").items
@@ -125,7 +126,8 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
     ns = run.namespace(team)
     selector = {**settings.node_selector, "mpiplat.io/no-such-node": "true"}  # admitted, never schedulable
     kube.create(MPIJOB, jobs.mpijob(jobs.MPIJobSpec(
-        name="stuck", namespace=ns, workers=2, gpus_per_worker=1, queue="lq", image=settings.images["OpenMPI"],
+        name="stuck", namespace=ns, workers=2, gpus_per_worker=1, gpu_resource=settings.gpu_resource, queue="lq",
+        image=settings.images["OpenMPI"],
         node_selector=selector, tolerations=list(settings.tolerations))))
     wl = _workload(kube, ns, "stuck")
     name = wl["metadata"]["name"]

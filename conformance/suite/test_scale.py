@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, condition_times, percentile, submit, wait_pods
 from mpiplat import jobs
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, condition_times, percentile, submit, wait_pods
 from mpiplat.kube import MPIJOB, has_condition
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, wait_pods
 from mpiplat import jobs
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, wait_pods
 from mpiplat.kube import MPIJOB
 
 
@@ -22,7 +22,8 @@ def test_workers_land_only_on_nodes_matching_the_gpu_selector(kube, run, setting
                 if all((n.metadata.labels or {}).get(k) == v for k, v in selector.items())}
     assert matching and len(matching) < len(kube.core.list_node().items), "selector must exclude some nodes"
     ns = run.namespace()
-    spec = jobs.MPIJobSpec(name="placed", namespace=ns, workers=4, gpus_per_worker=1, image=settings.images["OpenMPI"],
+    spec = jobs.MPIJobSpec(name="placed", namespace=ns, workers=4, gpus_per_worker=1,
+                           gpu_resource=settings.gpu_resource, image=settings.images["OpenMPI"],
                            node_selector=selector, tolerations=list(settings.tolerations),
                            launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
     kube.create(MPIJOB, jobs.mpijob(spec))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mpiplat.jobs import WORKLOADS_CONFIGMAP
+
 PROGRAMS: tuple[str, ...] = ("allreduce", "pingpong", "pi", "checkpoint", "torchbench")
 
 
@@ -18,3 +20,11 @@ def program_path(name: str) -> Path:
     if name not in PROGRAMS:
         raise ValueError(f"unknown workload program {name!r}; allowed: {', '.join(PROGRAMS)}")
     return Path(__file__).resolve().parent / f"{name}.py"
+
+
+def configmap(namespace: str) -> dict:
+    """The ConfigMap holding every workload program, mounted by jobs built with `workload=`."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": WORKLOADS_CONFIGMAP, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/part-of": "mpiplat"}},
+            "data": {f"{p}.py": program_path(p).read_text() for p in PROGRAMS}}

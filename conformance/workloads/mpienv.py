@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mpiplat.errors import MpiplatError
 from mpiplat.versions import cache_dir
 
 IMPLS: tuple[str, ...] = ("openmpi", "mpich", "intel")
@@ -82,7 +83,7 @@ PROBE = "from mpi4py import MPI; print(MPI.Get_library_version())"
 Log = Callable[[str], None]
 
 
-class MpiEnvError(RuntimeError):
+class MpiEnvError(MpiplatError, RuntimeError):
     """A venv could not be created or does not work."""
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from localcluster import cluster
+from mpiplat.localcluster import cluster
 
 pytestmark = pytest.mark.cluster
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localcluster import cluster
+from mpiplat.localcluster import cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.last]
 

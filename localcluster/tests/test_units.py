@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from localcluster import build, cluster, nodes
 from mpiplat import jobs, versions
+from mpiplat.conformance import workloads
+from mpiplat.localcluster import build, cluster, nodes
 
 
 def test_versions_file_pins_every_component():
@@ -110,11 +111,13 @@ def test_workload_jobs_mount_the_programs_and_run_them_under_mpirun():
         pod = replicas[role]["template"]["spec"]
         assert pod["volumes"] == [{"name": "workloads", "configMap": {"name": jobs.WORKLOADS_CONFIGMAP}}]
         assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/opt/mpiplat"
-    cm = jobs.workloads_configmap("ns")
+    cm = workloads.configmap("ns")
     assert set(cm["data"]) == {"allreduce.py", "pingpong.py", "pi.py", "checkpoint.py", "torchbench.py"}
     assert "MPIPLAT_RESULT" in cm["data"]["allreduce.py"]
-    with pytest.raises(jobs.JobSpecError, match="workload 'nope' is unknown; allowed: allreduce"):
-        jobs.mpijob(jobs.MPIJobSpec(name="x", workload="nope"))
+    with pytest.raises(jobs.JobSpecError, match="workload 'no/pe' is invalid; allowed: a program name"):
+        jobs.mpijob(jobs.MPIJobSpec(name="x", workload="no/pe"))
+    with pytest.raises(ValueError, match="unknown workload program 'nope'; allowed: allreduce"):
+        workloads.program_path("nope")
 
 
 def test_a_pvc_is_mounted_in_the_launcher_and_every_worker():

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import yaml
 
+from mpiplat.errors import MpiplatError
 from mpiplat.versions import VERSIONS_FILE, Component, VersionsError, load, module_dir
 
 
-class BundleError(RuntimeError):
+class BundleError(MpiplatError, RuntimeError):
     """The bundle could not be made; the message says which component and why."""
 
 
@@ -33,7 +34,7 @@ def chart_version(comp: Component) -> str:
 
 
 def _helm() -> str:
-    from localcluster.build import binary, build
+    from mpiplat.localcluster.build import binary, build
 
     build(only=["helm"], stream=sys.stderr)
     return str(binary("helm"))

@@ -1,109 +1,167 @@
-"""The `mpiplat` command."""
+"""The `mpiplat` command.
+
+Commands that talk to a cluster find it like kubectl (--kubeconfig, else $KUBECONFIG, else
+~/.kube/config; --context, else the current context). Only `mpiplat cluster ...` and `--local`
+start or build the local reference cluster. Exit codes: 0 ok, 1 a domain error (one line on
+stderr) or a failed check, 2 a usage error.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from importlib import resources
 
+from kubernetes.client.exceptions import ApiException
+
+from mpiplat import __version__
+from mpiplat.errors import MpiplatError
+
+
+def _print_json(data) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _local_kubeconfig() -> str:
+    """Start the local reference cluster unless it is healthy; its kubeconfig."""
+    from mpiplat.localcluster import cluster
+
+    if not cluster.status()["healthy"]:
+        cluster.up()
+    return str(cluster.kubeconfig_path())
+
+
+def _kube(args):
+    from mpiplat.kube import Kube
+
+    return Kube(_local_kubeconfig() if args.local else args.kubeconfig, args.context)
+
+
+# ---------------------------------------------------------------- cluster
 
 def _cluster_build(args) -> int:
-    from localcluster.build import BuildError, build
+    from mpiplat.localcluster.build import build
 
-    try:
-        build(only=args.only)
-    except BuildError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    built = build(only=args.only, stream=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        _print_json({"built": built})
     return 0
 
 
 def _cluster(args) -> int:
-    from localcluster import cluster
+    from mpiplat.localcluster import cluster
 
-    try:
-        if args.action == "up":
-            cluster.up(node_pools=args.node_pools, bare=args.bare)
-        elif args.action == "down":
-            cluster.down()
-        elif args.action == "status":
-            report = cluster.status()
-            if args.json:
-                print(json.dumps(report, indent=2))
-            else:
-                cluster.print_status(report)
-            return 0 if report["healthy"] else 1
-        elif args.action == "env":
-            from localcluster.build import binary
+    if args.action == "up":
+        cluster.up(node_pools=args.node_pools, bare=args.bare)
+    elif args.action == "down":
+        cluster.down()
+    elif args.action == "status":
+        report = cluster.status()
+        if args.json:
+            _print_json(report)
+        else:
+            cluster.print_status(report)
+        return 0 if report["healthy"] else 1
+    elif args.action == "env":
+        from mpiplat.localcluster.build import binary
 
-            print(f"export KUBECONFIG={cluster.kubeconfig_path()}")
-            print(f"export MPIPLAT_HELM={binary('helm')}")
-    except cluster.ClusterError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        env = {"KUBECONFIG": str(cluster.kubeconfig_path()), "MPIPLAT_HELM": str(binary("helm"))}
+        if args.json:
+            _print_json(env)
+        else:
+            print("".join(f"export {k}={v}\n" for k, v in env.items()), end="")
     return 0
 
+
+# ---------------------------------------------------------------- bundle
 
 def _bundle(args) -> int:
     from pathlib import Path
 
     from mpiplat import bundle
 
-    try:
-        if args.checksums_only:
-            bundle.write_checksums(Path(args.dir))
-            print(f"rewrote {Path(args.dir) / 'SHA256SUMS'}")
-        elif args.verify:
-            bad = bundle.verify(Path(args.dir))
-            print("bundle intact" if not bad else "checksum mismatch: " + ", ".join(bad))
-            return 1 if bad else 0
+    if args.checksums_only:
+        bundle.write_checksums(Path(args.dir))
+        print(f"rewrote {Path(args.dir) / 'SHA256SUMS'}")
+    elif args.verify:
+        bad = bundle.verify(Path(args.dir))
+        if args.json:
+            _print_json({"intact": not bad, "mismatched": bad})
         else:
-            bundle.make(Path(args.dir))
-    except (bundle.BundleError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+            print("bundle intact" if not bad else "checksum mismatch: " + ", ".join(bad))
+        return 1 if bad else 0
+    else:
+        bundle.make(Path(args.dir))
     return 0
 
 
-def _conformance(args) -> int:
-    from mpiplat.versions import REPO_ROOT
+# ---------------------------------------------------------------- conformance
 
-    argv = [str(REPO_ROOT / "conformance" / "suite"), "-p", "no:cacheprovider",
-            "-q", f"--profile={args.profile}", f"--report-dir={args.report_dir}", "--rootdir", str(REPO_ROOT)]
-    for flag in ("kubeconfig", "context", "settings", "only"):
-        if getattr(args, flag):
-            argv.append(f"--{flag}={getattr(args, flag)}")
-    argv += ["--keep"] if args.keep else []
-    argv += [f"--capability={c}" for c in args.capability]
+def _conformance(args) -> int:
     import pytest
 
-    # In this process, so Ctrl-C and SIGTERM reach the suite's own cleanup of its namespaces.
-    return int(pytest.main(argv))
+    from mpiplat.conformance.settings import load
 
+    load(args.settings)  # bad settings fail here, as one line, before any cluster access
+    kubeconfig = _local_kubeconfig() if args.local else args.kubeconfig
+    _kube(argparse.Namespace(local=False, kubeconfig=kubeconfig, context=args.context)).identity()
+    suite = resources.files("mpiplat.conformance") / "suite"
+    argv = [str(suite), "-p", "no:cacheprovider", "-q", f"--profile={args.profile}",
+            f"--report-dir={args.report_dir}", "--rootdir", str(suite)]
+    for flag, value in (("kubeconfig", kubeconfig), ("context", args.context), ("settings", args.settings),
+                        ("only", args.only)):
+        if value:
+            argv.append(f"--{flag}={value}")
+    argv += ["--keep"] if args.keep else []
+    argv += [f"--capability={c}" for c in args.capability]
+    # In this process, so Ctrl-C and SIGTERM reach the suite's own cleanup of its namespaces.
+    # With --json, pytest's own output goes to stderr and stdout carries the results only.
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        code = int(pytest.main(argv))
+    if args.json:
+        from pathlib import Path
+
+        results = Path(args.report_dir) / "results.json"
+        _print_json(json.loads(results.read_text()) if results.is_file() else {"exit_code": code})
+    return code
+
+
+# ---------------------------------------------------------------- diagnose, demo
 
 def _diagnose(args) -> int:
-    from localcluster import cluster
     from mpiplat.diagnose import diagnose
-    from mpiplat.kube import Kube
 
     namespace, _, name = args.job.partition("/")
-    if not name:
-        print(f"error: expected NAMESPACE/JOB, got {args.job!r}", file=sys.stderr)
-        return 2
-    kube = Kube(args.kubeconfig or str(cluster.kubeconfig_path()), args.context)
-    found = diagnose(kube, namespace, name, args.gpu_resource)
-    print(json.dumps(found.__dict__, indent=2) if args.json else found)
+    if not namespace or not name:
+        args.parser.error(f"expected NAMESPACE/JOB, got {args.job!r}")
+    found = diagnose(_kube(args), namespace, name, args.gpu_resource)
+    if args.json:
+        _print_json(found.__dict__)
+    else:
+        print(found)
     return 0
 
 
 def _demo(args) -> int:
-    from localcluster import demo
+    from mpiplat.localcluster import demo
 
-    return demo.run()
+    return demo.run(_kube(args))
+
+
+# ---------------------------------------------------------------- parser
+
+def _cluster_access(p: argparse.ArgumentParser, local_help: str) -> None:
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    p.add_argument("--local", action="store_true", help=local_help)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mpiplat", description=__doc__)
+    p = argparse.ArgumentParser(prog="mpiplat", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"mpiplat {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("cluster", help="the local reference cluster")
@@ -111,9 +169,10 @@ def parser() -> argparse.ArgumentParser:
     b = csub.add_parser("build", help="build the pinned upstream binaries into the cache")
     b.add_argument("--only", action="append", metavar="COMPONENT",
                    help="build only this component (repeatable)")
+    b.add_argument("--json", action="store_true", help="print what was built as JSON")
     b.set_defaults(func=_cluster_build)
     u = csub.add_parser("up", help="start the cluster (idempotent)")
-    u.add_argument("--node-pools", metavar="FILE", help="node-pool spec (default: localcluster/nodepools.yml)")
+    u.add_argument("--node-pools", metavar="FILE", help="node-pool spec (default: the packaged nodepools.yml)")
     u.add_argument("--bare", action="store_true",
                    help="control plane and nodes only: no upstream CRDs or controllers (for Helm installs)")
     u.set_defaults(func=_cluster)
@@ -122,43 +181,68 @@ def parser() -> argparse.ArgumentParser:
     s = csub.add_parser("status", help="health of each component")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cluster)
-    csub.add_parser("env", help="print the KUBECONFIG (and the helm binary) to export").set_defaults(func=_cluster)
+    e = csub.add_parser("env", help="print the KUBECONFIG (and the helm binary) to export")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=_cluster)
 
     bd = sub.add_parser("bundle", help="build an offline bundle of the pinned charts and manifests")
     bd.add_argument("dir", help="new or empty directory")
     bd.add_argument("--verify", action="store_true", help="check an existing bundle against SHA256SUMS")
     bd.add_argument("--checksums-only", action="store_true",
                     help="rewrite SHA256SUMS of an existing bundle (after adding a chart by hand)")
+    bd.add_argument("--json", action="store_true", help="with --verify: print the result as JSON")
     bd.set_defaults(func=_bundle)
 
     cf = sub.add_parser("conformance", help="the conformance suite")
     cfsub = cf.add_subparsers(dest="action", required=True)
     cr = cfsub.add_parser("run", help="run the suite against a cluster and write its reports")
-    cr.add_argument("--kubeconfig", help="cluster under test (default: the local reference cluster)")
-    cr.add_argument("--context")
+    _cluster_access(cr, "test the local reference cluster (started if it is not up)")
     cr.add_argument("--profile", default="simulated", choices=["simulated", "cluster", "gpu", "preflight"])
-    cr.add_argument("--settings", help="settings file (default conformance/settings/local.yml)")
+    cr.add_argument("--settings", help="settings file (default: the packaged local.yml)")
     cr.add_argument("--only", help="comma-separated requirement ids")
     cr.add_argument("--keep", action="store_true", help="keep the run's namespaces")
     cr.add_argument("--report-dir", default="reports/conformance")
     cr.add_argument("--capability", action="append", default=[], metavar="NAME=BOOL")
+    cr.add_argument("--json", action="store_true", help="print results.json on stdout (progress goes to stderr)")
     cr.set_defaults(func=_conformance)
 
     dg = sub.add_parser("diagnose", help="root cause and remedy for a job")
     dg.add_argument("job", metavar="NAMESPACE/JOB")
-    dg.add_argument("--kubeconfig")
-    dg.add_argument("--context")
+    _cluster_access(dg, "use the local reference cluster (started if it is not up)")
     dg.add_argument("--gpu-resource", default="nvidia.com/gpu")
     dg.add_argument("--json", action="store_true")
-    dg.set_defaults(func=_diagnose)
+    dg.set_defaults(func=_diagnose, parser=dg)
 
-    sub.add_parser("demo", help="run an MPIJob on the local reference cluster").set_defaults(func=_demo)
+    dm = sub.add_parser("demo", help="run an MPIJob and narrate it (on the local cluster: --local)")
+    _cluster_access(dm, "use the local reference cluster (started if it is not up)")
+    dm.set_defaults(func=_demo)
     return p
+
+
+def _api_error(err: ApiException) -> str:
+    try:
+        message = json.loads(err.body or "{}").get("message", "")
+    except ValueError:
+        message = ""
+    return f"the API server answered {err.status} {err.reason}: {message or err.body or ''}".strip()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except MpiplatError as err:
+        error = str(err)
+    except ApiException as err:
+        error = _api_error(err)
+    except OSError as err:  # e.g. a report directory or cache that cannot be written
+        error = f"{err.strerror or err}: {err.filename}" if err.filename else str(err)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    lines = error.strip().splitlines() or ["unknown error"]
+    print(f"error: {lines[0]}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -7,11 +7,9 @@ from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
-from mpiplat.kube import CLUSTERQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kube, condition, has_condition
-
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-ROLE_LABEL = "training.kubeflow.org/job-role"
-INDEX_LABEL = "training.kubeflow.org/replica-index"
+from mpiplat import queues
+from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, ROLE_LABEL
+from mpiplat.kube import LOCALQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kube, condition, has_condition
 
 _PULL = "check the image name and tag, the pull secret, or the registry mirror (mpiplat_image_registry)"
 REMEDIES = {
@@ -73,20 +71,18 @@ def _queued(kube: Kube, namespace: str, name: str, gpu_resource: str) -> Diagnos
     cq_name = (wl.get("status", {}).get("admission") or {}).get("clusterQueue")
     lq_message = (condition(wl, "QuotaReserved") or {}).get("message", "")
     cq_name = cq_name or _cluster_queue_of(kube, namespace, wl["spec"].get("queueName", ""))
-    nominal = used = None
+    cap = None
     if cq_name:
         try:
-            cq = kube.get(CLUSTERQUEUE, cq_name)
-            nominal = sum(_gpus(r.get("nominalQuota", 0)) for g in cq["spec"].get("resourceGroups", [])
-                          for f in g.get("flavors", []) for r in f.get("resources", []) if r["name"] == gpu_resource)
-            used = sum(_gpus(r.get("total", 0)) for f in cq.get("status", {}).get("flavorsReservation", [])
-                       for r in f.get("resources", []) if r["name"] == gpu_resource)
-        except ApiException:
+            cap = queues.gpu_capacity(kube, cq_name, gpu_resource)
+        except (ApiException, KeyError):
             pass
-    if nominal is not None:
-        cause = f"queued: ClusterQueue {cq_name} has {nominal} GPUs, {used} in use, job needs {needs}"
+    if cap is not None:
+        cause = (f"queued: ClusterQueue {cq_name} has {cap.nominal} GPUs, {cap.reserved} in use, "
+                 f"{cap.borrowable} borrowable now (at most {cap.borrow_ceiling}); job needs {needs}")
         remedy = ("the job can never fit: lower its GPU request or raise the queue's nominal quota / borrowing limit"
-                  if needs > nominal else "it starts when running jobs release quota; or raise the queue's quota")
+                  if needs > cap.most else
+                  "it starts when running jobs (of this queue or its cohort) release quota; or raise the queue's quota")
     else:
         cause = f"queued in {wl['spec'].get('queueName')}: {lq_message}"
         remedy = "check the LocalQueue and ClusterQueue"
@@ -94,15 +90,13 @@ def _queued(kube: Kube, namespace: str, name: str, gpu_resource: str) -> Diagnos
 
 
 def _cluster_queue_of(kube: Kube, namespace: str, local_queue: str) -> str | None:
-    from mpiplat.kube import LOCALQUEUE
-
     try:
         return kube.get(LOCALQUEUE, local_queue, namespace)["spec"]["clusterQueue"]
     except (ApiException, KeyError):
         return None
 
 
-def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = "nvidia.com/gpu") -> Diagnosis:
+def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESOURCE) -> Diagnosis:
     job_ref = f"{namespace}/{name}"
     try:
         job, kind = kube.get(MPIJOB, name, namespace), "MPIJob"
@@ -118,7 +112,7 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = "nvidia.
             raise
     state = next((t for t in ("Failed", "Succeeded", "Complete", "Running", "Suspended", "Created")
                   if has_condition(job, t)), "Pending")
-    selector = f"{JOB_NAME_LABEL}={name}" if kind == "MPIJob" else f"jobset.sigs.k8s.io/jobset-name={name}"
+    selector = f"{JOB_LABEL}={name}" if kind == "MPIJob" else f"jobset.sigs.k8s.io/jobset-name={name}"
     pods = kube.core.list_namespaced_pod(namespace, label_selector=selector).items
     details = [f"pod {p.metadata.name}: {p.status.phase}" for p in pods]
 

@@ -17,11 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from localcluster import cluster
-from localcluster.build import binary
 from mpiplat import bundle
-from mpiplat.versions import REPO_ROOT, load
+from mpiplat.localcluster import cluster
+from mpiplat.localcluster.build import binary
+from mpiplat.versions import load
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # a dev tool: runs in a checkout
 HELM_VARS = REPO_ROOT / "molecule" / "helm" / "group_vars" / "all.yml"
 
 

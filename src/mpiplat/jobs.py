@@ -8,9 +8,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from mpiplat.errors import MpiplatError
+
 MPIJOB_API = "kubeflow.org/v2beta1"
 TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Labels mpi-operator puts on an MPIJob's pods (the one definition; the suite and diagnose read them).
+JOB_LABEL = "training.kubeflow.org/job-name"
+ROLE_LABEL = "training.kubeflow.org/job-role"
+INDEX_LABEL = "training.kubeflow.org/replica-index"
+# The default GPU resource; clusters may name another (settings `gpu_resource`, Ansible `mpiplat_gpu_resource`).
 GPU_RESOURCE = "nvidia.com/gpu"
 
 # Local reference cluster (KWOK) behaviour, read by localcluster/stages.yaml.
@@ -45,22 +52,14 @@ _LAUNCH = {
                "-o StrictHostKeyChecking=no -p 2222"}),
 }
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-# Workload programs (conformance/workloads/*.py) reach upstream images through this ConfigMap.
+# Workload programs (e.g. the suite's conformance/workloads/*.py) reach the images through this
+# ConfigMap, which the caller creates (mpiplat.conformance.workloads.configmap).
 WORKLOADS_CONFIGMAP = "mpiplat-workloads"
 WORKLOADS_DIR = "/opt/mpiplat"
+WORKLOAD_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def workloads_configmap(namespace: str) -> dict:
-    """The ConfigMap holding every workload program, mounted at WORKLOADS_DIR by `workload` jobs."""
-    from conformance.workloads import PROGRAMS, program_path
-
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": WORKLOADS_CONFIGMAP, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/part-of": "mpiplat"}},
-            "data": {f"{p}.py": program_path(p).read_text() for p in PROGRAMS}}
-
-
-class JobSpecError(ValueError):
+class JobSpecError(MpiplatError, ValueError):
     """Bad job parameters; the message names the field, the value and what is allowed."""
 
 
@@ -73,11 +72,12 @@ class MPIJobSpec:
     implementation: str = "OpenMPI"
     image: str | None = None
     command: list[str] = field(default_factory=lambda: ["hostname"])
-    # A workload program run by the launcher's mpirun instead of `command`, e.g. "allreduce";
-    # needs workloads_configmap(namespace) in the namespace and an image with python3 + mpi4py.
+    # A workload program run by the launcher's mpirun instead of `command`, e.g. "allreduce":
+    # WORKLOADS_DIR/<workload>.py from the WORKLOADS_CONFIGMAP ConfigMap; needs python3 + mpi4py.
     workload: str | None = None
     workload_args: list[str] = field(default_factory=list)
     gpus_per_worker: int = 0
+    gpu_resource: str = GPU_RESOURCE
     # A PersistentVolumeClaim mounted at pvc_mount_path in the launcher and every worker.
     pvc: str | None = None
     pvc_mount_path: str = "/data"
@@ -109,11 +109,9 @@ def _check(spec: MPIJobSpec) -> None:
         val = getattr(spec, fname)
         if not isinstance(val, int) or val < 1:
             raise JobSpecError(f"{fname} is {val!r}; allowed: an integer >= 1")
-    if spec.workload is not None:
-        from conformance.workloads import PROGRAMS
-
-        if spec.workload not in PROGRAMS:
-            raise JobSpecError(f"workload {spec.workload!r} is unknown; allowed: {', '.join(PROGRAMS)}")
+    if spec.workload is not None and not WORKLOAD_RE.match(spec.workload):
+        raise JobSpecError(f"workload {spec.workload!r} is invalid; allowed: a program name "
+                           "(lower-case letters, digits and '_', starting with a letter)")
     if spec.gpus_per_worker < 0:
         raise JobSpecError(f"gpus_per_worker is {spec.gpus_per_worker}; allowed: an integer >= 0")
 
@@ -134,7 +132,7 @@ def mpijob(spec: MPIJobSpec) -> dict:
     worker_resources = {"cpu": spec.cpu, "memory": spec.memory}
     limits = dict(worker_resources)
     if spec.gpus_per_worker:
-        limits[GPU_RESOURCE] = str(spec.gpus_per_worker)
+        limits[spec.gpu_resource] = str(spec.gpus_per_worker)
     program = spec.command
     volumes, mounts = [], []
     if spec.workload:

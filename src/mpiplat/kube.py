@@ -1,13 +1,22 @@
-"""Small helpers over the `kubernetes` client: clients, custom resources, watches."""
+"""Small helpers over the `kubernetes` client: clients, custom resources, watches.
+
+Cluster access works like kubectl's: --kubeconfig if given, else $KUBECONFIG (a list of files
+joined by ':'), else ~/.kube/config; --context if given, else the kubeconfig's current context.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from urllib3.exceptions import HTTPError
+
+from mpiplat.errors import MpiplatError
 
 
 @dataclass(frozen=True)
@@ -30,15 +39,52 @@ LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues")
 RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors")
 
 
+class KubeconfigError(MpiplatError, RuntimeError):
+    """No usable kubeconfig or context; the message says what was tried and what to do."""
+
+
+def kubeconfig_files(kubeconfig: str | None = None) -> list[str]:
+    """The kubeconfig file(s) kubectl would read."""
+    if kubeconfig:
+        return [os.path.expanduser(kubeconfig)]
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        return [os.path.expanduser(p) for p in env.split(os.pathsep) if p]
+    return [os.path.expanduser("~/.kube/config")]
+
+
 class Kube:
     """One API client plus the typed and custom-object APIs on it."""
 
-    def __init__(self, kubeconfig: str, context: str | None = None):
-        self.api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None):
+        files = kubeconfig_files(kubeconfig)
+        existing = [f for f in files if os.path.isfile(f)]
+        source = "--kubeconfig" if kubeconfig else "$KUBECONFIG" if os.environ.get("KUBECONFIG") else "default"
+        if not existing or (kubeconfig and existing != files):
+            raise KubeconfigError(
+                f"no kubeconfig at {os.pathsep.join(files)} ({source}); pass --kubeconfig FILE or set KUBECONFIG "
+                "(for the local reference cluster: eval \"$(mpiplat cluster env)\", or --local where offered)")
+        try:
+            self.api_client = config.new_client_from_config(config_file=os.pathsep.join(existing), context=context)
+            contexts, current = config.list_kube_config_contexts(config_file=os.pathsep.join(existing))
+        except ConfigException as err:
+            raise KubeconfigError(f"kubeconfig {os.pathsep.join(existing)}: {err}; "
+                                  "check --context and the file (kubectl config get-contexts)") from err
+        self.kubeconfig = os.pathsep.join(existing)
+        self.context = context or (current or {}).get("name", "")
         self.core = client.CoreV1Api(self.api_client)
         self.batch = client.BatchV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
         self.apiext = client.ApiextensionsV1Api(self.api_client)
+
+    def identity(self) -> dict:
+        """What names the cluster in a report: API server URL, server version and context."""
+        try:
+            version = client.VersionApi(self.api_client).get_code().git_version
+        except (ApiException, HTTPError, OSError) as err:
+            raise KubeconfigError(f"cannot reach the API server {self.api_client.configuration.host} "
+                                  f"(context {self.context!r}): {err}") from err
+        return {"server": self.api_client.configuration.host, "version": version, "context": self.context}
 
     # ---- custom objects
     def create(self, kind: Kind, obj: dict) -> dict:

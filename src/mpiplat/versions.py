@@ -1,4 +1,4 @@
-"""Read the one pinned versions file (localcluster/tools/versions.yml)."""
+"""Read the one pinned versions file (versions.yml at the top of the repo, shipped in the package)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-VERSIONS_FILE = REPO_ROOT / "localcluster" / "tools" / "versions.yml"
+from mpiplat.errors import MpiplatError
+
+VERSIONS_FILE = Path(str(resources.files("mpiplat") / "versions.yml"))
 BUILD_KINDS = ("kubernetes", "wrapper", "none")
 
 
-class VersionsError(ValueError):
+class VersionsError(MpiplatError, ValueError):
     """The versions file is malformed."""
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.workloads import PROGRAMS, mpienv, program_path, results
+from mpiplat.conformance.workloads import PROGRAMS, mpienv, program_path, results
 
 RUN_TIMEOUT_S = 180
 

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from conformance.workloads import mpienv, results
+from mpiplat.conformance.workloads import mpienv, results
 
-from .conftest import Run
+if TYPE_CHECKING:
+    from conftest import Run
+
 
 pytestmark = pytest.mark.mpi
 
-Runner = Callable[..., Run]
+Runner = Callable[..., "Run"]
 
 
 @pytest.mark.parametrize("impl", mpienv.IMPLS)

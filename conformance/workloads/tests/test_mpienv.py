@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.workloads import mpienv
+from mpiplat.conformance.workloads import mpienv
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.workloads import results
-from conformance.workloads.results import CheckFailed, ResultFormatError
+from mpiplat.conformance.workloads import results
+from mpiplat.conformance.workloads.results import CheckFailed, ResultFormatError
 
 GOOD = 'MPIPLAT_RESULT {"program": "pi", "check": "pass", "ranks": 4, "estimate": 3.14159, "abs_error": 1e-15}'
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conformance.workloads import PROGRAMS, program_path
+from mpiplat.conformance.workloads import PROGRAMS, program_path
 
 ALLOWED_THIRD_PARTY = {"mpi4py", "numpy"}
 # torchbench runs in GPU images that bring torch; mpi4py is optional there (rendezvous fallback).

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
-from conformance.workloads import results
-from conformance.workloads.results import CheckFailed
+from mpiplat.conformance.workloads import results
+from mpiplat.conformance.workloads.results import CheckFailed
 
-from .conftest import Run
+if TYPE_CHECKING:
+    from conftest import Run
+
 
 pytestmark = pytest.mark.mpi
 
-Runner = Callable[..., Run]
+Runner = Callable[..., "Run"]
 SIZES = [1 << k for k in range(10, 19)]  # 1 KiB .. 256 KiB
 
 

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
-from conformance.workloads import mpienv, results
-from conformance.workloads.results import CheckFailed
+from mpiplat.conformance.workloads import mpienv, results
+from mpiplat.conformance.workloads.results import CheckFailed
 
-from .conftest import Run
+if TYPE_CHECKING:
+    from conftest import Run
+
 
 pytestmark = pytest.mark.mpi
 
 IMPLS = mpienv.IMPLS
-Runner = Callable[..., Run]
+Runner = Callable[..., "Run"]
 
 COUNTS = (1, 1000, 65536)
 DTYPES = ("float64", "int64")

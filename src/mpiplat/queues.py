@@ -1,4 +1,5 @@
-"""Kueue ClusterQueue arithmetic the suite sizes its jobs with."""
+"""Kueue ClusterQueue GPU arithmetic: what a queue owns, uses, and may borrow from its cohort.
+The suite sizes its jobs with it and `diagnose` explains queued jobs with it."""
 
 from __future__ import annotations
 
@@ -30,30 +31,42 @@ class GpuCapacity:
     nominal: int
     reserved: int
     borrowable: int  # idle GPUs of the cohort this queue may borrow now
+    borrow_ceiling: int  # GPUs it could borrow with the rest of the cohort idle
 
     @property
     def available(self) -> int:
         return self.nominal - self.reserved + self.borrowable
 
+    @property
+    def most(self) -> int:
+        """The largest request this queue can ever admit (nominal quota plus all it may borrow)."""
+        return self.nominal + self.borrow_ceiling
+
 
 def gpu_capacity(kube: Kube, name: str, gpu: str) -> GpuCapacity:
+    """Raises KeyError when no ClusterQueue `name` exists."""
     listed = kube.custom.list_cluster_custom_object(CLUSTERQUEUE.group, CLUSTERQUEUE.version, CLUSTERQUEUE.plural)
-    cqs = {c["metadata"]["name"]: c for c in listed["items"]}
+    return capacity({c["metadata"]["name"]: c for c in listed["items"]}, name, gpu)
+
+
+def capacity(cqs: dict[str, dict], name: str, gpu: str) -> GpuCapacity:
+    """GPU capacity of ClusterQueue `name` among `cqs` (every ClusterQueue, by name)."""
     cq = cqs[name]
     entries = _gpu_entries(cq, gpu)
     nominal = sum(_num(r.get("nominalQuota")) for r in entries)
     limit = None if any(r.get("borrowingLimit") is None for r in entries) else \
         sum(_num(r["borrowingLimit"]) for r in entries)
-    idle = 0
+    lendable = idle = 0
     if _cohort(cq):
         for other_name, other in cqs.items():
             if other_name == name or _cohort(other) != _cohort(cq):
                 continue
+            own = lend = 0
             for r in _gpu_entries(other, gpu):
-                lendable = _num(r.get("nominalQuota"))
-                if r.get("lendingLimit") is not None:
-                    lendable = min(lendable, _num(r["lendingLimit"]))
-                idle += lendable
-            idle -= min(_reserved(other, gpu), idle)
-    borrowable = idle if limit is None else min(idle, limit)
-    return GpuCapacity(nominal, _reserved(cq, gpu), borrowable)
+                own += _num(r.get("nominalQuota"))
+                lend += min(_num(r.get("nominalQuota")), _num(r.get("lendingLimit", r.get("nominalQuota"))))
+            # A queue's usage fills the part it does not lend first.
+            lendable += lend
+            idle += lend - min(lend, max(0, _reserved(other, gpu) - (own - lend)))
+    cap = (lambda n: n) if limit is None else (lambda n: min(n, limit))
+    return GpuCapacity(nominal, _reserved(cq, gpu), cap(idle), cap(lendable))
