@@ -25,9 +25,9 @@ build: setup
 # show an MPIJob run through the real mpi-operator, then run the conformance suite (its summary last).
 demo: build
 	$(BIN)/mpiplat cluster up
-	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/ansible-playbook -i inventories/local playbooks/site.yml
-	$(BIN)/mpiplat demo
-	$(BIN)/mpiplat conformance run --settings inventories/local/conformance-settings.yml --report-dir reports/demo
+	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/ansible-playbook -i inventories/local playbooks/site.yml \
+	  && $(BIN)/mpiplat demo \
+	  && $(BIN)/mpiplat conformance run --settings inventories/local/conformance-settings.yml --report-dir reports/demo
 
 BUNDLE ?= /tmp/mpiplat-test-bundle
 

@@ -16,7 +16,7 @@ from mpiplat.localcluster import build
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    """Path of the helm binary pinned in localcluster/tools/versions.yml, built once if missing."""
+    """Path of the helm binary pinned in versions.yml, built once if missing."""
     path = build.binary("helm")
     if not path.is_file():
         try:

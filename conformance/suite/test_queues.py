@@ -10,7 +10,7 @@ from kubernetes.client.exceptions import ApiException
 from mpiplat import jobs
 from mpiplat.conformance.watch import JOB_LABEL, condition_times
 from mpiplat.diagnose import diagnose
-from mpiplat.kube import CLUSTERQUEUE, MPIJOB, WORKLOAD, has_condition
+from mpiplat.kube import CLUSTERQUEUE, MPIJOB, TRAINJOB, WORKLOAD, has_condition
 from mpiplat.queues import gpu_capacity
 
 
@@ -42,21 +42,31 @@ def _pods(kube, ns: str, job: str) -> list:
     return kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={job}").items
 
 
+def _kueue_suspends(kube, kind, manifest: dict) -> bool:
+    """Whether Kueue's webhook suspends a queue-labelled job: a server-side dry run, which changes nothing."""
+    created = kube.custom.create_namespaced_custom_object(kind.group, kind.version, manifest["metadata"]["namespace"],
+                                                          kind.plural, manifest, dry_run="All")
+    spec = created["spec"]
+    return bool(spec.get("runPolicy", {}).get("suspend") if kind == MPIJOB else spec.get("suspend"))
+
+
 @pytest.mark.read_only
 @pytest.mark.requirement("INS-03")
-def test_kueue_integrations_and_every_team_queue_active(kube, settings, capabilities):
-    if capabilities.simulated:
-        import yaml
-
-        from mpiplat.localcluster import cluster
-        config = yaml.safe_load((cluster.state_dir() / "kueue" / "config.yaml").read_text())
-    else:
-        cms = kube.core.list_config_map_for_all_namespaces(field_selector="metadata.name=kueue-manager-config").items
-        assert cms, "Kueue's manager ConfigMap (kueue-manager-config) not found"
-        import yaml
-        config = yaml.safe_load(next(iter(cms[0].data.values())))
-    frameworks = set(config.get("integrations", {}).get("frameworks", []))
-    assert {"kubeflow.org/mpijob", "trainer.kubeflow.org/trainjob"} <= frameworks, frameworks
+def test_kueue_integrations_and_every_team_queue_active(kube, settings):
+    # Kueue manages a framework when its webhook suspends that framework's queued jobs until admission.
+    ns = "default"
+    probes = {"kubeflow.org/mpijob": (MPIJOB, jobs.mpijob(jobs.MPIJobSpec(
+                  name="ins03-probe", namespace=ns, queue="lq", image=settings.images["OpenMPI"]))),
+              "trainer.kubeflow.org/trainjob": (TRAINJOB, jobs.trainjob(jobs.TrainJobSpec(
+                  name="ins03-probe", namespace=ns, queue="lq")))}
+    unmanaged = []
+    for framework, (kind, manifest) in probes.items():
+        try:
+            if not _kueue_suspends(kube, kind, manifest):
+                unmanaged.append(f"{framework}: a queued job was not suspended (the integration is off)")
+        except ApiException as err:
+            unmanaged.append(f"{framework}: dry run answered {err.status} {err.reason}: {(err.body or '')[:300]}")
+    assert not unmanaged, "Kueue does not manage: " + "; ".join(unmanaged)
     inactive = []
     for team in settings.teams:
         try:

@@ -15,6 +15,7 @@ import sys
 from importlib import resources
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from mpiplat import __version__
 from mpiplat.errors import MpiplatError
@@ -235,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         error = str(err)
     except ApiException as err:
         error = _api_error(err)
+    except HTTPError as err:  # no answer from the API server
+        error = f"cannot reach the API server: {err}"
     except OSError as err:  # e.g. a report directory or cache that cannot be written
         error = f"{err.strerror or err}: {err.filename}" if err.filename else str(err)
     except KeyboardInterrupt:

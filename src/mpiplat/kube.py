@@ -80,7 +80,7 @@ class Kube:
     def identity(self) -> dict:
         """What names the cluster in a report: API server URL, server version and context."""
         try:
-            version = client.VersionApi(self.api_client).get_code().git_version
+            version = client.VersionApi(self.api_client).get_code(_request_timeout=10).git_version
         except (ApiException, HTTPError, OSError) as err:
             raise KubeconfigError(f"cannot reach the API server {self.api_client.configuration.host} "
                                   f"(context {self.context!r}): {err}") from err
