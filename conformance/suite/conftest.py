@@ -8,6 +8,7 @@ namespaces, figures and reports.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import report
-from mpiplat.conformance.run import Run
+from mpiplat.conformance.run import RUN_LABEL, Run
 from mpiplat.conformance.settings import SettingsError, load
 from mpiplat.kube import Kube, KubeconfigError
 
@@ -57,6 +58,22 @@ def pytest_configure(config):
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config):
+    """The last word on the run's namespaces, reached however the session ended: an interrupt can
+    cut a fixture's teardown short (pytest then drops the finalizers after it), never this."""
+    r = getattr(config, "_mpiplat_run", None)
+    if r is None or r.keep or not r.namespaces:  # every namespace of the run is recorded before its create
+        return
+    try:
+        left = r.cleanup()
+    except Exception as err:  # one line, as the session is over
+        left = [f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"]
+    if left:
+        sys.stderr.write(f"error: namespaces of conformance run {r.id} may be left after cleanup: {left}; "
+                         f"kubectl delete namespace -l {RUN_LABEL}={r.id}\n")
 
 
 def _requirement(item) -> tuple[str, list[str]] | None:
@@ -141,7 +158,9 @@ def pytest_collection_finish(session):
 def run(_session_run, request):
     """The run (one id and one set of figures for the session). Its namespaces are deleted after
     each module, so nothing outlives the suite's own tests in a longer pytest session; the wait
-    until they are gone comes after the suite's last module, or at once when interrupted."""
+    until they are gone comes after the suite's last module, or at once when interrupted. The delete
+    calls themselves are never cut short (Run.delete_namespaces holds the signals), and should an
+    interrupt skip this teardown, pytest_unconfigure deletes and waits."""
     yield _session_run
     session = request.session
     if request.path == session.config._mpiplat_last_module or session.exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -182,6 +201,19 @@ def pytest_runtest_makereport(item, call):
         "requirement": req[0], "name": item.name, "status": rep.outcome, "duration_s": rep.duration,
         "message": message, "diagnosis": getattr(item, "_mpiplat_diagnosis", ""),
     })
+    rep._mpiplat_line = f"  {req[0]:9} {rep.outcome.upper():8} {rep.duration:6.1f}s  {item.name}"
+
+
+def pytest_report_teststatus(report, config):
+    """Requirement by requirement, one line each as it ends (instead of pytest's dots)."""
+    line = getattr(report, "_mpiplat_line", None)
+    if line and config.get_verbosity() <= 0:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr:
+            tr.ensure_newline()
+            tr.write_line(line)
+        return report.outcome, "", report.outcome.upper()
+    return None
 
 
 def pytest_sessionfinish(session, exitstatus):

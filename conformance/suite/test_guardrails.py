@@ -13,6 +13,10 @@ from mpiplat import jobs
 from mpiplat.kube import MPIJOB
 
 QUOTA_LABEL = {"mpiplat.io/gpu-quota": "true"}  # guardrails_quota_selector's default
+# How long a new ResourceQuota (the gpu-quota policy's params object) may take to reach the API server's
+# policy informer: typically under a second; until then the policy lets jobs through (parameterNotFoundAction
+# Allow). Only a missing or unbound policy comes near this bound.
+POLICY_SYNC_TIMEOUT_S = 30
 
 
 def _rejected(kube, manifest: dict) -> tuple[str, float]:
@@ -27,6 +31,37 @@ def _rejected(kube, manifest: dict) -> tuple[str, float]:
     pytest.fail(f"{manifest['metadata']['name']} was admitted")
 
 
+def _wait_for_quota(kube, ns: str, name: str, done, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = kube.core.read_namespaced_resource_quota(name, ns).status
+        if status is not None and done(status):
+            return
+        if time.monotonic() >= deadline:
+            pytest.fail(f"ResourceQuota {ns}/{name} {what} within {timeout:.0f}s; its status: {status}")
+        time.sleep(0.2)
+
+
+def _wait_until_policy_rejects(kube, manifest: dict, policy: str, timeout: float = POLICY_SYNC_TIMEOUT_S) -> None:
+    """Dry-run `manifest` on the server until an admission policy rejects it: a policy whose params object was
+    just created or changed holds only once the API server's policy informer has seen it."""
+    meta = manifest["metadata"]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube.custom.create_namespaced_custom_object(MPIJOB.group, MPIJOB.version, meta["namespace"],
+                                                        MPIJOB.plural, manifest, dry_run="All")
+        except ApiException as err:
+            if err.status in (400, 403, 422):
+                return
+            raise
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{policy} still admitted MPIJob {meta['name']} (server-side dry run) {timeout:.0f}s after "
+                        f"its params were in place: the guardrail is missing, unbound in namespace "
+                        f"{meta['namespace']}, or not enforcing (install it with the guardrails role)")
+        time.sleep(0.2)
+
+
 def _job(settings, name: str, ns: str, **kw) -> dict:
     return jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, image=settings.images["OpenMPI"],
                                        gpu_resource=settings.gpu_resource, **kw))
@@ -36,21 +71,22 @@ def _job(settings, name: str, ns: str, **kw) -> dict:
 def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, settings):
     ns = run.namespace()
     gpu = settings.gpu_resource
+    key = f"requests.{gpu}"
     kube.core.create_namespaced_resource_quota(ns, client.V1ResourceQuota(
         metadata=client.V1ObjectMeta(name="gpus", labels=QUOTA_LABEL),
-        spec=client.V1ResourceQuotaSpec(hard={f"requests.{gpu}": "8"})))
+        spec=client.V1ResourceQuotaSpec(hard={key: "8"})))
+    # Until the quota controller has filled in status.hard, quota admission refuses pods that need the quota.
+    _wait_for_quota(kube, ns, "gpus", lambda st: (st.hard or {}).get(key) == "8", "got no status.hard")
     kube.core.create_namespaced_pod(ns, client.V1Pod(
         metadata=client.V1ObjectMeta(name="gpu-user"),
         spec=client.V1PodSpec(automount_service_account_token=False, containers=[client.V1Container(
             name="c", image="busybox", resources=client.V1ResourceRequirements(
                 requests={gpu: "4"}, limits={gpu: "4"}))])))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        used = (kube.core.read_namespaced_resource_quota("gpus", ns).status.used or {}).get(f"requests.{gpu}")
-        if used == "4":
-            break
-        time.sleep(0.3)
-    message, elapsed = _rejected(kube, _job(settings, "greedy", ns, workers=3, gpus_per_worker=2))
+    _wait_for_quota(kube, ns, "gpus", lambda st: (st.used or {}).get(key) == "4", "did not count the pod's 4 GPUs")
+    greedy = _job(settings, "greedy", ns, workers=3, gpus_per_worker=2)
+    # The policy must have seen the quota (and its used 4) before a submit can be judged.
+    _wait_until_policy_rejects(kube, greedy, "the GPU-quota guardrail (ValidatingAdmissionPolicy mpiplat-gpu-quota)")
+    message, elapsed = _rejected(kube, greedy)
     run.record("FAIL-03", "quota rejection latency", elapsed, "s", settings.thresholds["quota_rejection_s"])
     assert "Requested 6 GPUs (3 workers x 2 GPUs); namespace quota 8, used 4, available 4" in message, message
     assert elapsed < settings.thresholds["quota_rejection_s"]

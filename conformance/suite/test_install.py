@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from mpiplat.versions import load, module_dir
+from mpiplat.versions import load
 
 pytestmark = pytest.mark.read_only
+
+# Components whose CRDs the stack installs; versions.yml pins each one's served CRD versions (served_crds).
+STACK = ("mpi-operator", "trainer", "jobset", "kueue")
+LEGACY_CRDS = ("pytorchjobs.kubeflow.org", "tfjobs.kubeflow.org", "xgboostjobs.kubeflow.org")
+PROBE_NAMESPACE = "default"  # namespaced dry runs need an existing namespace; they create nothing
 
 
 def _crd(kube, name: str):
@@ -27,46 +33,135 @@ def _served(crd) -> list[str]:
     return sorted(v.name for v in crd.spec.versions if v.served)
 
 
+def _api_message(err: ApiException) -> str:
+    try:
+        return json.loads(err.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return f"{err.status} {err.reason}"
+
+
+# ---- INS-01: controllers judged through the API server
+
+def _lease_renewed(kube, name: str) -> tuple[bool, str]:
+    """A leader-election Lease `name` (any namespace) whose renewTime advances while we watch: its
+    holder runs now. Judged by the Lease's own clock, so the skew between this machine and the
+    cluster does not matter."""
+    coord = client.CoordinationV1Api(kube.api_client)
+    leases = coord.list_lease_for_all_namespaces(field_selector=f"metadata.name={name}").items
+    if not leases:
+        return False, f"no leader-election Lease {name} in any namespace"
+    lease = max(leases, key=lambda le: le.spec.renew_time or datetime.min.replace(tzinfo=UTC))
+    where, first = f"{lease.metadata.namespace}/{name}", lease.spec.renew_time
+    watch_s = (lease.spec.lease_duration_seconds or 15) + 5  # a live holder renews well within its duration
+    deadline = time.monotonic() + watch_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        lease = coord.read_namespaced_lease(name, lease.metadata.namespace)
+        if lease.spec.holder_identity and lease.spec.renew_time and lease.spec.renew_time != first:
+            return True, f"Lease {where} renewed by {lease.spec.holder_identity}"
+    return False, (f"leader-election Lease {where} (holder {lease.spec.holder_identity or 'none'}) last renewed "
+                   f"{first.isoformat() if first else 'never'}, not renewed during the {watch_s}s watched")
+
+
+def _webhook_rejects(kube, create, webhook: str) -> tuple[bool, str]:
+    """Dry-run `create` (an object the controller's validating webhook must reject) on the server. A
+    rejection by that webhook proves it serves; "failed calling webhook" proves it does not."""
+    try:
+        create()
+    except ApiException as err:
+        msg = _api_message(err)
+        if "failed calling webhook" in msg:
+            return False, f"its webhook does not answer: {msg}"
+        if "denied the request" in msg and webhook in msg.split("denied the request")[0]:
+            return True, "its admission webhook answered a dry run"
+        return False, f"a dry run that its webhook should reject got {err.status}: {msg}"
+    return False, "a dry run that its webhook should reject was admitted: no webhook of it is registered"
+
+
+def _trainer_webhook(kube) -> tuple[bool, str]:
+    # Trainer's runtime validator requires the `node` container in the trainer ancestor's job.
+    runtime = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"generateName": "mpiplat-probe-"},
+        "spec": {"template": {"spec": {"replicatedJobs": [{
+            "name": "node", "replicas": 2,
+            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                         "spec": {"template": {"spec": {"containers": [{"name": "probe", "image": "busybox"}],
+                                                        "restartPolicy": "Never"}}}}}]}}}}
+    return _webhook_rejects(kube, lambda: kube.custom.create_cluster_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", runtime, dry_run="All"), "trainer")
+
+
+def _jobset_webhook(kube) -> tuple[bool, str]:
+    # JobSet's validator requires the network subdomain to be a DNS name.
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"generateName": "mpiplat-probe-", "namespace": PROBE_NAMESPACE},
+        "spec": {"network": {"subdomain": "Not_A_DNS_Name"}, "replicatedJobs": [{
+            "name": "w", "replicas": 1,
+            "template": {"spec": {"template": {"spec": {"containers": [{"name": "probe", "image": "busybox"}],
+                                                        "restartPolicy": "Never"}}}}}]}}
+    return _webhook_rejects(kube, lambda: kube.custom.create_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", PROBE_NAMESPACE, "jobsets", jobset, dry_run="All"), "jobset")
+
+
+# (controller, what its Deployment's name contains, evidence where no Deployment runs it)
+CONTROLLERS = (
+    ("mpi-operator", "mpi-operator", lambda kube: _lease_renewed(kube, "mpi-operator")),
+    ("trainer", "trainer", _trainer_webhook),
+    ("jobset", "jobset", _jobset_webhook),
+)
+
+
+def _controller_health(kube, deployments, controller: str, match: str, evidence) -> tuple[bool, str]:
+    """Where the controller runs as Deployment(s): their availability. Otherwise (e.g. the local
+    reference cluster runs controllers as host processes) what it does through the API server."""
+    found = [d for d in deployments if match in d.metadata.name]
+    if found:
+        seen = [f"Deployment {d.metadata.namespace}/{d.metadata.name} {d.status.available_replicas or 0}/"
+                f"{d.spec.replicas if d.spec.replicas is not None else 1} available" for d in found]
+        return all((d.status.available_replicas or 0) >= 1 for d in found), "; ".join(seen)
+    ok, seen = evidence(kube)
+    return ok, f"no Deployment; {seen}"
+
+
 @pytest.mark.requirement("INS-01")
-def test_mpijob_and_trainer_apis_are_served_and_controllers_healthy(kube, capabilities):
-    assert _served(_crd(kube, "mpijobs.kubeflow.org")) == ["v2beta1"]
-    for name in ("trainjobs", "trainingruntimes", "clustertrainingruntimes"):
-        crd = _crd(kube, f"{name}.trainer.kubeflow.org")
-        assert crd is not None, f"CRD {name}.trainer.kubeflow.org is missing"
-        assert "v1alpha1" in _served(crd)
-    if capabilities.simulated:
-        from mpiplat.localcluster import cluster
+def test_mpijob_and_trainer_apis_are_served_and_controllers_healthy(kube):
+    wanted = {"mpijobs.kubeflow.org": "v2beta1", "trainjobs.trainer.kubeflow.org": "v1alpha1",
+              "trainingruntimes.trainer.kubeflow.org": "v1alpha1",
+              "clustertrainingruntimes.trainer.kubeflow.org": "v1alpha1"}
+    for name, version in wanted.items():
+        crd = _crd(kube, name)
+        assert crd is not None, f"CRD {name} is missing"
+        assert version in _served(crd), f"CRD {name} serves {_served(crd)}, not {version}"
+    deployments = client.AppsV1Api(kube.api_client).list_deployment_for_all_namespaces().items
+    verdicts = {c: _controller_health(kube, deployments, c, match, evidence) for c, match, evidence in CONTROLLERS}
+    unhealthy = {c: seen for c, (ok, seen) in verdicts.items() if not ok}
+    assert not unhealthy, "controllers not healthy: " + "; ".join(f"{c}: {seen}" for c, seen in unhealthy.items())
 
-        comps = cluster.status()["components"]
-        unhealthy = [n for n in ("mpi-operator", "trainer-controller-manager", "jobset") if not comps[n]["healthy"]]
-    else:
-        deployments = client.AppsV1Api(kube.api_client).list_deployment_for_all_namespaces().items
-        unhealthy = []
-        for wanted in ("mpi-operator", "trainer", "jobset"):
-            found = [d for d in deployments if wanted in d.metadata.name]
-            if not found or not all((d.status.available_replicas or 0) >= 1 for d in found):
-                unhealthy.append(wanted)
-    assert not unhealthy, f"controllers not healthy: {unhealthy}"
 
+# ---- INS-02
 
 @pytest.mark.requirement("INS-02")
 def test_no_conflicting_mpijob_v1_and_crd_versions_as_pinned(kube):
     crd = _crd(kube, "mpijobs.kubeflow.org")
+    assert crd is not None, "CRD mpijobs.kubeflow.org is missing"
     assert _served(crd) == ["v2beta1"], f"MPIJob CRD serves {_served(crd)}: Training Operator v1 conflicts"
-    for legacy in ("pytorchjobs.kubeflow.org", "tfjobs.kubeflow.org", "xgboostjobs.kubeflow.org"):
-        assert _crd(kube, legacy) is None, f"Training Operator v1 CRD {legacy} is installed"
+    legacy = [name for name in LEGACY_CRDS if _crd(kube, name) is not None]
+    assert not legacy, f"Training Operator v1 CRD(s) installed: {legacy}"
     comps = load()
-    for comp_name in ("mpi-operator", "trainer", "jobset", "kueue"):
+    wrong = []
+    for comp_name in STACK:
         comp = comps[comp_name]
-        for pattern in comp.extra.get("crds", []):
-            for path in sorted(module_dir(comp).glob(pattern)):
-                for pinned in yaml.safe_load_all(path.read_text()):
-                    if not pinned or pinned.get("kind") != "CustomResourceDefinition":
-                        continue
-                    live = _crd(kube, pinned["metadata"]["name"])
-                    assert live is not None, f"{pinned['metadata']['name']} ({comp_name} {comp.version}) missing"
-                    want = sorted(v["name"] for v in pinned["spec"]["versions"] if v.get("served"))
-                    assert _served(live) == want, (pinned["metadata"]["name"], _served(live), want)
+        pinned = comp.extra.get("served_crds")
+        assert pinned, f"versions.yml: components.{comp_name}.served_crds is missing"
+        for name, versions in sorted(pinned.items()):
+            live = _crd(kube, name)
+            if live is None:
+                wrong.append(f"{name} ({comp_name} {comp.version}) is missing")
+            elif _served(live) != sorted(versions):
+                wrong.append(f"{name} ({comp_name} {comp.version}) serves {_served(live)}, pinned {sorted(versions)}")
+    assert not wrong, "CRD versions not as pinned: " + "; ".join(wrong)
 
 
 @pytest.mark.requirement("INS-04")
