@@ -109,8 +109,8 @@ def _conformance(args) -> int:
     kubeconfig = _local_kubeconfig() if args.local else args.kubeconfig
     _kube(argparse.Namespace(local=False, kubeconfig=kubeconfig, context=args.context)).identity()
     suite = resources.files("mpiplat.conformance") / "suite"
-    argv = [str(suite), "-p", "no:cacheprovider", "-q", f"--profile={args.profile}",
-            f"--report-dir={args.report_dir}", "--rootdir", str(suite)]
+    argv = [str(suite), "-p", "no:cacheprovider", "-q", "-o", "console_output_style=classic",
+            f"--profile={args.profile}", f"--report-dir={args.report_dir}", "--rootdir", str(suite)]
     for flag, value in (("kubeconfig", kubeconfig), ("context", args.context), ("settings", args.settings),
                         ("only", args.only)):
         if value:
