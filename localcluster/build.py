@@ -14,11 +14,11 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from mpiplat.errors import MpiplatError
+from mpiplat.localcluster.progress import progress
 from mpiplat.versions import Component, cache_dir, load
 
 
@@ -133,27 +133,18 @@ def build_component(comp: Component, log) -> None:
     (out / ".complete").write_text(_stamp(comp))
 
 
-class _Heartbeat:
-    """Prints a line every `every` seconds while a long build runs."""
-
-    def __init__(self, label: str, stream, every: float = 30.0):
-        self.label, self.every, self.stream = label, every, stream
-        self._stop = threading.Event()
-        self._start = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every):
-            print(f"    ... still building {self.label} ({time.monotonic() - self._start:.0f}s)",
-                  file=self.stream, flush=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+def _failed(comp: Component, err: Exception, log_path: Path) -> BuildError:
+    """The first line says what failed, where its log is and how to retry; the log's tail follows."""
+    retry = f"mpiplat cluster build --only {comp.name}"
+    if isinstance(err, FileNotFoundError) and err.filename == "go":
+        return BuildError(f"building {comp.name} {comp.version} needs the Go toolchain (go >= 1.26) on PATH: "
+                          f"install it, then retry with `{retry}`")
+    why = f"exit {err.returncode}" if isinstance(err, subprocess.CalledProcessError) else str(err)
+    cmd = " ".join(err.cmd[:3]) if isinstance(err, subprocess.CalledProcessError) else ""
+    tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-15:]) \
+        if log_path.exists() else ""
+    return BuildError(f"building {comp.name} {comp.version} failed ({cmd + ': ' if cmd else ''}{why}); "
+                      f"see {log_path}, then retry with `{retry}`\nlast lines of the log:\n{tail}")
 
 
 def build(only: list[str] | None = None, stream=None) -> list[str]:
@@ -176,14 +167,10 @@ def build(only: list[str] | None = None, stream=None) -> list[str]:
               f"({', '.join(comp.binaries)}); log: {log_path}", file=stream, flush=True)
         start = time.monotonic()
         try:
-            with open(log_path, "w") as log, _Heartbeat(f"{comp.name}", stream=stream):
+            with open(log_path, "w") as log, progress(f"building {comp.name}", stream=stream):
                 build_component(comp, log)
         except (subprocess.CalledProcessError, OSError) as err:
-            tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:]) if log_path.exists() else ""
-            raise BuildError(
-                f"building {comp.name} {comp.version} failed: {err}\n{tail}\n"
-                f"full log: {log_path}\nretry with: mpiplat cluster build --only {comp.name}"
-            ) from err
+            raise _failed(comp, err, log_path) from err
         print(f"    done in {time.monotonic() - start:.0f}s", file=stream, flush=True)
     print(f"binaries: {cache_dir() / 'bin'} ({len(todo)} built, {len(wanted) - len(todo)} cached)",
           file=stream, flush=True)

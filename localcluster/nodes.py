@@ -20,8 +20,8 @@ class NodePoolError(MpiplatError, ValueError):
     """A node-pool spec is invalid."""
 
 
-def _check_pool(i: int, pool) -> None:
-    where = f"pools[{i}]"
+def _check_pool(path: Path, i: int, pool) -> None:
+    where = f"{path}: pools[{i}]"
     if not isinstance(pool, dict):
         raise NodePoolError(f"{where} must be a mapping, got {pool!r}")
     name = pool.get("name")
@@ -40,12 +40,20 @@ def _check_pool(i: int, pool) -> None:
 
 
 def load(path: Path = DEFAULT_SPEC) -> list[dict]:
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as err:
+        raise NodePoolError(f"cannot read node-pool spec {path}: {err.strerror}; pass an existing file to "
+                            "--node-pools") from err
+    except yaml.YAMLError as err:
+        raise NodePoolError(f"{path} is not valid YAML: fix it, then retry\n{err}") from err
+    if not isinstance(data, dict):
+        raise NodePoolError(f"{path}: a node-pool spec is a mapping with a 'pools' list")
     pools = data.get("pools")
     if not isinstance(pools, list) or not pools:
         raise NodePoolError(f"{path}: 'pools' must be a non-empty list")
     for i, pool in enumerate(pools):
-        _check_pool(i, pool)
+        _check_pool(path, i, pool)
     names = [p["name"] for p in pools]
     if len(set(names)) != len(names):
         raise NodePoolError(f"{path}: pool names must be unique, got {names}")

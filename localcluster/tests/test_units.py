@@ -1,4 +1,4 @@
-"""Unit tests: versions file, node pools, job builder, build cache and webhook rewriting (no cluster)."""
+"""Unit tests: versions file, node pools, job builder, build cache and instances (no cluster)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import yaml
 
 from mpiplat import jobs, versions
 from mpiplat.conformance import workloads
-from mpiplat.localcluster import build, cluster, nodes
+from mpiplat.localcluster import build, cluster, nodes, processes
 
 
 def test_versions_file_pins_every_component():
@@ -138,7 +138,7 @@ def test_another_instance_has_its_own_state_and_ports(monkeypatch, tmp_path):
     assert cluster.state_dir() == tmp_path / "mpiplat-helm"
     assert cluster.kubeconfig_path().is_relative_to(tmp_path / "mpiplat-helm")
     assert not set(ports.values()) & set(default_ports.values())
-    assert not set(ports.values()) & {p for c in cluster.CONTROLLERS for p in c.ports}
+    assert not set(ports.values()) & {p for c in processes.CONTROLLERS for p in c.ports}
     assert set(cluster.all_ports()) == set(ports.values())  # no host controllers in a bare instance
     monkeypatch.delenv("MPIPLAT_CLUSTER")
     assert max(cluster.all_ports()) < 32768  # below the ephemeral range outgoing connections use

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -75,6 +76,14 @@ def test_bad_settings_fail_before_any_cluster_access(tmp_path):
     bad.write_text("teams: []\ngpu_resource: 7\n")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "none")}
     _one_line_error(_run("conformance", "run", "--settings", str(bad), env=env), "settings field")
+
+
+def test_bad_node_pools_fail_before_anything_starts(tmp_path):
+    pools = tmp_path / "pools.yml"
+    pools.write_text("pools:\n  - name: gpu\n    count: 0\n")
+    env = dict(os.environ, MPIPLAT_STATE=str(tmp_path / "state"), MPIPLAT_CACHE=str(tmp_path / "cache"))
+    _one_line_error(_run("cluster", "up", "--node-pools", str(pools), env=env), str(pools))
+    assert not (tmp_path / "state").exists() and not (tmp_path / "cache").exists()
 
 
 def test_unknown_component_to_build():

@@ -1,0 +1,209 @@
+"""Config files of the local cluster: kwokctl's, and each host-run controller's.
+
+Kueue's config is the kueue role's own template (roles/kueue/templates/manager-config.yaml.j2),
+rendered from the role's defaults overridden by the local inventory
+(inventories/local/group_vars/all/main.yml), so that the local cluster and an installed cluster
+share one definition and the local values (e.g. waitForPodsReady's timeout) are set in one place.
+Only what a host process needs differs from it (KUEUE_HOST_SETTINGS).
+
+Both files are in the mpiplat checkout, not in the wheel: `mpiplat cluster up` runs from a
+checkout (it builds the control plane from source); without one it stops with a ClusterError.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from mpiplat.localcluster import build
+from mpiplat.localcluster.processes import Controller
+from mpiplat.localcluster.state import ClusterError, control_plane_ports, state_dir
+from mpiplat.localcluster.webhooks import docs
+from mpiplat.versions import Component, module_dir
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # localcluster/ lives at the top of the checkout
+KUEUE_TEMPLATE = "roles/kueue/templates/manager-config.yaml.j2"
+KUEUE_DEFAULTS = "roles/kueue/defaults/main.yml"
+LOCAL_VARS = "inventories/local/group_vars/all/main.yml"
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
+
+STAGES = Path(__file__).with_name("stages.yaml")
+UPSTREAM_STAGES = ("kustomize/stage/node/fast/node-initialize.yaml",
+                   "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+                   "kustomize/stage/pod/fast/pod-ready.yaml",
+                   "kustomize/stage/pod/fast/pod-delete.yaml")
+GO_DURATION = re.compile(r"([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+")
+CLIENT_CONNECTION = {"qps": 100, "burst": 200}  # upstream's 20/30 throttles 50 concurrent jobs
+
+
+# ---------------------------------------------------------------- the checkout's files
+
+def checkout_file(rel: str) -> Path:
+    path = CHECKOUT / rel
+    if not path.is_file():
+        raise ClusterError(f"{path} not found: the local cluster reads {rel} from the mpiplat checkout; run "
+                           "`mpiplat cluster up` from a git clone installed with `pip install -e .` "
+                           "(an installed wheel has no roles/ or inventories/)")
+    return path
+
+
+def _yaml_vars(rel: str) -> dict:
+    path = checkout_file(rel)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ClusterError(f"{path} is not valid YAML: fix it, then retry\n{err}") from err
+    if not isinstance(data, dict):
+        raise ClusterError(f"{path} must be a mapping of variables, got {type(data).__name__}")
+    return data
+
+
+def local_vars(prefix: str) -> dict:
+    """The local inventory's variables that start with `prefix` (e.g. kueue_, guardrails_)."""
+    return {k: v for k, v in _yaml_vars(LOCAL_VARS).items() if k.startswith(prefix)}
+
+
+def kueue_vars() -> dict:
+    """The kueue role's defaults overridden by the local inventory (kueue_* only)."""
+    merged = {k: v for k, v in _yaml_vars(KUEUE_DEFAULTS).items() if k.startswith("kueue_")}
+    merged |= local_vars("kueue_")
+    for key, val in merged.items():
+        if isinstance(val, str) and ("{{" in val or "{%" in val):
+            raise ClusterError(f"{key} is the Jinja expression {val!r} in {LOCAL_VARS} or {KUEUE_DEFAULTS}; "
+                               "the local cluster needs a plain value there")
+    timeout = str(merged.get("kueue_wait_for_pods_ready_timeout", ""))
+    if not GO_DURATION.fullmatch(timeout):
+        raise ClusterError(f"kueue_wait_for_pods_ready_timeout is {timeout!r} in {LOCAL_VARS}; "
+                           "allowed: a Go duration such as 30s or 5m")
+    return merged
+
+
+# ---------------------------------------------------------------- kueue
+
+def _to_bool(value) -> bool:  # Ansible's `bool` filter
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("yes", "on", "1", "true", "y", "t")
+
+
+def _to_nice_yaml(value, indent: int = 4, **kw) -> str:  # Ansible's `to_nice_yaml` filter
+    return yaml.safe_dump(value, indent=indent, default_flow_style=False, allow_unicode=True, **kw)
+
+
+def render_kueue_role_config(variables: dict) -> dict:
+    """The kueue role's manager config, rendered like Ansible does (trim_blocks) with `variables`."""
+    path = checkout_file(KUEUE_TEMPLATE)
+    env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env.filters |= {"bool": _to_bool, "to_nice_yaml": _to_nice_yaml}
+    try:
+        return yaml.safe_load(env.from_string(path.read_text()).render(**variables))
+    except (jinja2.TemplateError, yaml.YAMLError) as err:
+        raise ClusterError(f"cannot render {path} for the local cluster ({type(err).__name__}: {err}); it is "
+                           "rendered with plain Jinja2 and the Ansible filters bool and to_nice_yaml") from err
+
+
+def kueue_host_settings(ctl: Controller, pki: Path) -> dict:
+    """What differs for Kueue as a host process: where it listens, its certificate, one replica."""
+    return {
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ctl.health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ctl.metrics_port}"},
+        "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port, "certDir": str(pki)},
+        "internalCertManagement": {"enable": False},  # our certificate is in certDir
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": dict(CLIENT_CONNECTION),
+        "featureGates": {"VisibilityOnDemand": False},  # needs an APIService backed by a Service
+    }
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, val in over.items():
+        out[key] = _merge(out[key], val) if isinstance(val, dict) and isinstance(out.get(key), dict) else val
+    return out
+
+
+def kueue_config(ctl: Controller, pki: Path) -> dict:
+    return _merge(render_kueue_role_config(kueue_vars()), kueue_host_settings(ctl, pki))
+
+
+def install_kueue_metrics_certs(pki: Path) -> None:
+    """Kueue reads its metrics certificate from a fixed path: put ours there unless one is."""
+    if (KUEUE_METRICS_CERTS / "tls.crt").exists():
+        return
+    try:
+        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        for f in ("tls.crt", "tls.key"):
+            shutil.copy2(pki / f, KUEUE_METRICS_CERTS / f)
+    except PermissionError as err:
+        raise ClusterError(f"cannot write {KUEUE_METRICS_CERTS} (Kueue reads its metrics certificate from that "
+                           "fixed path): create it writable by you, or run `mpiplat cluster up` as root") from err
+
+
+def remove_kueue_metrics_certs(pki: Path) -> None:
+    """Remove the metrics certificate if it is ours."""
+    ours, theirs = pki / "tls.crt", KUEUE_METRICS_CERTS / "tls.crt"
+    if ours.is_file() and theirs.is_file() and ours.read_bytes() == theirs.read_bytes():
+        shutil.rmtree(KUEUE_METRICS_CERTS, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the other controllers
+
+def controller_config(ctl: Controller, pki: Path) -> dict | None:
+    """The config file a controller reads (mpi-operator takes flags only)."""
+    if ctl.name == "kueue":
+        return kueue_config(ctl, pki)
+    if ctl.name == "jobset":
+        return {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{ctl.health_port}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{ctl.metrics_port}"},
+            "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port, "certDir": str(pki)},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "clientConnection": dict(CLIENT_CONNECTION),
+        }
+    if ctl.name == "trainer-controller-manager":
+        return {
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+            "kind": "Configuration",
+            "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{ctl.health_port}"},
+            "certManagement": {"enable": False},
+        }
+    return None
+
+
+# ---------------------------------------------------------------- kwokctl
+
+def kwok_config(comps: dict[str, Component]) -> Path:
+    """Write kwokctl's config (local binaries, loopback binding, our Stages); its path."""
+    ports = control_plane_ports()
+    options = {
+        "runtime": "binary",
+        "kubeApiserverPort": ports["kube-apiserver"],
+        "etcdPort": ports["etcd"],
+        "etcdPeerPort": ports["etcd-peer"],
+        "kubeControllerManagerPort": ports["kube-controller-manager"],
+        "kubeSchedulerPort": ports["kube-scheduler"],
+        "kwokControllerPort": ports["kwok-controller"],
+        "kubeVersion": comps["kubernetes"].version.lstrip("v"),
+        "bindAddress": "127.0.0.1",
+        "kubeApiserverBinary": str(build.binary("kube-apiserver", comps)),
+        "kubeControllerManagerBinary": str(build.binary("kube-controller-manager", comps)),
+        "kubeSchedulerBinary": str(build.binary("kube-scheduler", comps)),
+        "kubectlBinary": str(build.binary("kubectl", comps)),
+        "etcdBinary": str(build.binary("etcd", comps)),
+        "kwokControllerBinary": str(build.binary("kwok", comps)),
+    }
+    conf = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options}
+    kwok_dir = module_dir(comps["kwok"])
+    path = state_dir() / "kwokctl.yaml"
+    path.write_text(yaml.safe_dump_all([conf, *docs([kwok_dir / s for s in UPSTREAM_STAGES]), *docs([STAGES])],
+                                       sort_keys=False))
+    return path

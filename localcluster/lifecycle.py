@@ -1,0 +1,245 @@
+"""Bring the local cluster up, take it down, report its health.
+
+`up` creates (or restarts, or reuses) the control plane with kwokctl, adds the fake nodes, then,
+unless bare, the upstream CRDs, the host-run controllers, their webhook configurations and
+Trainer's runtimes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from mpiplat.localcluster import build, certs, configs, nodes, processes, webhooks
+from mpiplat.localcluster.progress import progress
+from mpiplat.localcluster.state import (
+    DEFAULT_INSTANCE,
+    NAME,
+    ClusterError,
+    control_plane_ports,
+    instance,
+    kubeconfig_path,
+    kwok_cluster_dir,
+    kwok_workdir,
+    log_file,
+    state_dir,
+)
+from mpiplat.versions import load
+
+NAMESPACES = ("mpi-operator", "kueue-system", "kubeflow-system")
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------- kubectl and kwokctl
+
+def kubectl(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """kubectl against this cluster; a ClusterError on failure unless check is False."""
+    cmd = [str(build.binary("kubectl")), f"--kubeconfig={kubeconfig_path()}", *args]
+    proc = subprocess.run(cmd, input=input, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        out = (proc.stderr.strip() or proc.stdout.strip() or "(no output)").splitlines()
+        raise ClusterError("\n".join([
+            f"kubectl {' '.join(args[:2])} failed (exit {proc.returncode}): {out[0]}; check the cluster with "
+            "`mpiplat cluster status`", *out[1:]]))
+    return proc
+
+
+def apply(objs: list[dict]) -> None:
+    """Server-side apply of objects (field manager mpiplat-localcluster)."""
+    if objs:
+        kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=mpiplat-localcluster",
+                "-f", "-", input=yaml.safe_dump_all(objs))
+
+
+def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    bins = load()
+    kubectl_bin = build.binary("kubectl", bins)
+    env = dict(os.environ, KWOK_WORKDIR=str(kwok_workdir()), KWOK_KUBECTL_BINARY=str(kubectl_bin),
+               PATH=f"{kubectl_bin.parent}:{os.environ.get('PATH', '')}")
+    proc = subprocess.run([str(build.binary("kwokctl", bins)), *args], capture_output=True, text=True,
+                          env=env, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise ClusterError(f"kwokctl {' '.join(args[:2])} failed (exit {proc.returncode}): see the logs in "
+                           f"{kwok_cluster_dir() / 'logs'}, then run `mpiplat cluster down` and "
+                           f"`mpiplat cluster up`\n{proc.stdout}{proc.stderr}")
+    return proc
+
+
+def _apiserver_ready() -> bool:
+    if not kubeconfig_path().exists():
+        return False
+    return kubectl("get", "--raw", "/readyz", check=False).returncode == 0
+
+
+# ---------------------------------------------------------------- waiting
+
+def _wait(what: str, ok: Callable[[], bool], timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{what} not ready after {timeout:.0f}s: see {log}, then retry `mpiplat cluster up`")
+        time.sleep(0.25)
+
+
+def _wait_controllers(start: float, timeout: float = 90) -> None:
+    """Wait until every controller answers its health check, saying which are still awaited."""
+    pending = list(processes.CONTROLLERS)
+    deadline = time.monotonic() + timeout
+    with progress("waiting for " + ", ".join(c.name for c in pending), every=PLAIN_EVERY) as work:
+        while pending:
+            for ctl in [c for c in pending if processes.healthy(c)]:
+                pending.remove(ctl)
+                _say(f"  {ctl.name}: healthy ({time.monotonic() - start:.1f}s)")
+            if not pending:
+                break
+            work.label = "waiting for " + ", ".join(c.name for c in pending)
+            if time.monotonic() > deadline:
+                ctl = pending[0]
+                raise ClusterError(f"{ctl.name} not healthy after {timeout:.0f}s: see {log_file(ctl.name)}, "
+                                   "then retry `mpiplat cluster up`")
+            time.sleep(0.25)
+
+
+def _retry(fn: Callable[[], None], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except ClusterError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+# ---------------------------------------------------------------- up / down / status
+
+def _control_plane(comps, start: float) -> None:
+    if _apiserver_ready():
+        _say("control plane: already running")
+        return
+    logs = kwok_cluster_dir() / "logs"
+    with progress("starting the control plane", every=PLAIN_EVERY):
+        if kwok_cluster_dir().exists():
+            _say("control plane: restarting existing cluster")
+            _kwokctl("start", "cluster", f"--name={NAME}")
+        else:
+            _say("control plane: creating with kwokctl (binary runtime)")
+            busy = [p for p in control_plane_ports().values() if processes.port_open(p)]
+            if busy:
+                raise ClusterError(f"cluster {instance()}: control-plane ports {busy} are in use by something else: "
+                                   "free them (`ss -ltnp` shows which), or name another cluster with MPIPLAT_CLUSTER")
+            _kwokctl("create", "cluster", f"--name={NAME}", f"--config={configs.kwok_config(comps)}",
+                     f"--kubeconfig={state_dir() / 'kwokctl-contexts.yaml'}",
+                     "--disable-qps-limits", "--wait=90s")
+        _wait("kube-apiserver", _apiserver_ready, 90, logs)
+    _say(f"  kube-apiserver ready ({time.monotonic() - start:.1f}s)")
+
+
+def up(node_pools: str | None = None, bare: bool = False) -> None:
+    """Start (or reuse) the cluster. bare: control plane and nodes only, no upstream CRDs or
+    controllers, for installing the upstream components with Helm (molecule scenario `helm`)."""
+    start = time.monotonic()
+    if not bare and instance() != DEFAULT_INSTANCE:
+        raise ClusterError(f"MPIPLAT_CLUSTER={instance()}: only the default cluster ({DEFAULT_INSTANCE}) runs the "
+                           "host controllers (their ports are fixed); start this one with --bare")
+    comps = load()
+    # Bad input (node pools, a missing checkout, a bad local value) stops before any build or change.
+    pools = nodes.load(Path(node_pools)) if node_pools else nodes.load()
+    if not bare:
+        configs.kueue_vars()
+    build.build()
+    state_dir().mkdir(parents=True, exist_ok=True)
+
+    _control_plane(comps, start)
+    apply(nodes.manifests(pools))
+    _say(f"  nodes: {sum(p['count'] for p in pools)} fake nodes from {len(pools)} pool(s)")
+    if bare:
+        _say(f"bare cluster up in {time.monotonic() - start:.1f}s (no upstream CRDs or controllers); "
+             f"export KUBECONFIG={kubeconfig_path()}")
+        return
+
+    crd_objs = webhooks.crds(comps)
+    with progress(f"applying {len(crd_objs)} CRDs", every=PLAIN_EVERY):
+        apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in NAMESPACES])
+        apply(crd_objs)
+        kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                *[f"crd/{c['metadata']['name']}" for c in crd_objs])
+    _say(f"  CRDs: {len(crd_objs)} established")
+
+    pki = state_dir() / "pki"
+    ca = certs.ensure(pki)
+    configs.install_kueue_metrics_certs(pki)
+    for ctl in processes.CONTROLLERS:
+        processes.start(ctl, kubeconfig_path(), pki, configs.controller_config(ctl, pki))
+    _wait_controllers(start)
+    apply(webhooks.webhook_configs(comps, ca.read_bytes()))
+    runtimes = webhooks.training_runtimes(comps)
+    _retry(lambda: apply(runtimes), 30)
+    _say(f"  ClusterTrainingRuntimes: {', '.join(r['metadata']['name'] for r in runtimes)}")
+    _say(f"cluster up in {time.monotonic() - start:.1f}s; export KUBECONFIG={kubeconfig_path()}")
+
+
+def down() -> None:
+    """Stop every process of this instance, check its ports are free, remove its state."""
+    for ctl in processes.CONTROLLERS:
+        if processes.stop(ctl):
+            _say(f"  stopped {ctl.name}")
+    if kwok_cluster_dir().exists():
+        for pidf in (kwok_cluster_dir() / "pids").glob("*.pid"):
+            pid = processes.running_pid(pidf)
+            if pid:
+                processes.stop_pid(pid, grace=5)
+        _kwokctl("delete", "cluster", f"--name={NAME}",
+                 f"--kubeconfig={state_dir() / 'kwokctl-contexts.yaml'}", check=False)
+        shutil.rmtree(kwok_cluster_dir(), ignore_errors=True)
+        _say("  deleted control plane")
+    busy = [p for p in processes.all_ports() if processes.port_open(p)]
+    if busy:
+        raise ClusterError(f"ports {busy} still in use after `mpiplat cluster down`: find the process with "
+                           "`ss -ltnp`, stop it, then run `mpiplat cluster down` again")
+    configs.remove_kueue_metrics_certs(state_dir() / "pki")
+    shutil.rmtree(state_dir(), ignore_errors=True)
+    _say("cluster down: no process or port left")
+
+
+def status() -> dict:
+    """Each component's pid, whether it runs and is healthy, and its resident memory."""
+    comps: dict[str, dict] = {}
+    for name in CONTROL_PLANE:
+        pid = processes.read_pid(kwok_cluster_dir() / "pids" / f"{name}.pid")
+        comps[name] = {"running": bool(pid and processes.alive(pid)), "pid": pid}
+    comps["kube-apiserver"]["healthy"] = comps["kube-apiserver"]["running"] and _apiserver_ready()
+    for ctl in processes.CONTROLLERS:
+        pid = processes.read_pid(processes.pid_file(ctl))
+        running = bool(pid and processes.alive(pid))
+        comps[ctl.name] = {"running": running, "pid": pid, "healthy": running and processes.http_ok(ctl.health_url),
+                           "log": str(log_file(ctl.name))}
+    for c in comps.values():
+        c.setdefault("healthy", c["running"])
+        c["rss_mib"] = processes.rss_mib(c["pid"]) if c["running"] else 0
+    return {"kubeconfig": str(kubeconfig_path()), "healthy": all(c["healthy"] for c in comps.values()),
+            "rss_mib": sum(c["rss_mib"] for c in comps.values()), "components": comps}
+
+
+def print_status(report: dict) -> None:
+    for name, c in report["components"].items():
+        state = "healthy" if c["healthy"] else ("running, not healthy" if c["running"] else "stopped")
+        print(f"  {name:28} {state:22} {c['rss_mib']:>5} MiB")
+    print(f"cluster: {'healthy' if report['healthy'] else 'NOT healthy'}; resident memory "
+          f"{report['rss_mib']} MiB; KUBECONFIG={report['kubeconfig']}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `mpiplat cluster ...`")

@@ -1,0 +1,207 @@
+"""The upstream controllers as host processes: which ports they use, starting, stopping, health.
+
+Each controller's pid is in <state>/pids/<name>.pid and its output in <state>/logs/<name>.log.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from mpiplat.localcluster import build
+from mpiplat.localcluster.state import (
+    DEFAULT_INSTANCE,
+    ClusterError,
+    control_plane_ports,
+    instance,
+    log_file,
+    state_dir,
+)
+
+
+@dataclass(frozen=True)
+class Controller:
+    """One upstream controller run as a host process, listening on 127.0.0.1 only."""
+
+    name: str  # also the binary's name
+    component: str  # entry in versions.yml
+    health_port: int
+    health_path: str = "/readyz"
+    webhook_port: int | None = None  # serves https://127.0.0.1:PORT when set
+    metrics_port: int | None = None
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port it listens on."""
+        return tuple(p for p in (self.webhook_port, self.metrics_port, self.health_port) if p)
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.health_port}{self.health_path}"
+
+    def argv(self, kubeconfig: Path, confdir: Path) -> list[str]:
+        exe = str(build.binary(self.name))
+        if self.name == "mpi-operator":  # flags only; health is fixed upstream on :8080
+            return [exe, f"--kubeConfig={kubeconfig}", "--lock-namespace=mpi-operator",
+                    f"--monitoring-port={self.metrics_port}", "--threadiness=4", "--kube-api-qps=100",
+                    "--kube-api-burst=200", "--controller-queue-rate-limit=100",
+                    "--controller-queue-burst=1000", "-alsologtostderr"]
+        extra = ["--leader-elect=false"] if self.name == "jobset" else []
+        return [exe, f"--config={confdir / 'config.yaml'}", f"--kubeconfig={kubeconfig}", *extra]
+
+
+# Every port we choose lies below Linux's ephemeral range (32768-60999), where any outgoing
+# connection could hold it when a controller starts (8080 is mpi-operator's own, fixed upstream).
+CONTROLLERS = (
+    Controller("mpi-operator", "mpi-operator", health_port=8080, health_path="/healthz", metrics_port=31171),
+    Controller("kueue", "kueue", health_port=31174, webhook_port=31172, metrics_port=31173),
+    Controller("jobset", "jobset", health_port=31177, webhook_port=31175, metrics_port=31176),
+    Controller("trainer-controller-manager", "trainer", health_port=31179, webhook_port=31178),
+)
+
+
+def all_ports() -> list[int]:
+    """Every port this instance listens on (only the default one runs the host controllers)."""
+    controllers = {p for c in CONTROLLERS for p in c.ports} if instance() == DEFAULT_INSTANCE else set()
+    return sorted(set(control_plane_ports().values()) | controllers)
+
+
+def pid_file(ctl: Controller) -> Path:
+    return state_dir() / "pids" / f"{ctl.name}.pid"
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def running_pid(path: Path) -> int | None:
+    """The pid in a pid file if that process is alive."""
+    pid = read_pid(path)
+    return pid if pid and alive(pid) else None
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as resp:
+            return resp.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start(ctl: Controller, kubeconfig: Path, pki: Path, config: dict | None) -> None:
+    """Start a controller unless it runs; `config` is written to <state>/<name>/config.yaml."""
+    if running_pid(pid_file(ctl)):
+        return
+    busy = [p for p in ctl.ports if port_open(p)]
+    if busy:
+        raise ClusterError(f"cannot start {ctl.name}: port(s) {busy} already in use by another process; "
+                           "free them (`ss -ltnp` shows which) or run `mpiplat cluster down`")
+    confdir = state_dir() / ctl.name
+    confdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+    if config is not None:
+        (confdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    if ctl.name == "trainer-controller-manager":
+        # trainer has no certDir setting: it serves $TMPDIR/k8s-webhook-server/serving-certs.
+        certdir = confdir / "tmp" / "k8s-webhook-server" / "serving-certs"
+        certdir.mkdir(parents=True, exist_ok=True)
+        for f in ("tls.crt", "tls.key"):
+            shutil.copy2(pki / f, certdir / f)
+        env["TMPDIR"] = str(confdir / "tmp")
+    log = log_file(ctl.name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    pid_file(ctl).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(ctl.argv(kubeconfig, confdir), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=confdir, env=env, start_new_session=True)
+    pid_file(ctl).write_text(str(proc.pid))
+
+
+def healthy(ctl: Controller) -> bool:
+    """Whether its health endpoint answers 200; a ClusterError if the process has exited."""
+    if not running_pid(pid_file(ctl)):
+        log = log_file(ctl.name)
+        raise ClusterError(f"{ctl.name} exited while starting: see {log}, fix the cause, then run "
+                           f"`mpiplat cluster up` again\nlast lines of {log}:\n{tail(log)}")
+    return http_ok(ctl.health_url)
+
+
+def stop_pid(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the process group, SIGKILL it after `grace` seconds."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.1)
+    if alive(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:  # reap if it is our child
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop(ctl: Controller) -> bool:
+    """Stop a controller if its pid file names one; whether there was one."""
+    pid = read_pid(pid_file(ctl))
+    if pid:
+        stop_pid(pid)
+    pid_file(ctl).unlink(missing_ok=True)
+    return bool(pid)
+
+
+def tail(path: Path, n: int = 15) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-n:])
+    except OSError:
+        return ""
+
+
+def rss_mib(pid: int) -> int:
+    """Resident memory of a process, MiB (0 if unknown)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0

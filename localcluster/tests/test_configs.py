@@ -1,0 +1,309 @@
+"""Unit tests (no cluster): Kueue's config is the kueue role's, the local values are set in one
+place, each domain error's first line says what to do, progress shows on long work."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mpiplat import cli
+from mpiplat.conformance import settings
+from mpiplat.localcluster import build, configs, lifecycle, nodes, processes
+from mpiplat.localcluster.build import BuildError
+from mpiplat.localcluster.progress import progress
+from mpiplat.localcluster.state import ClusterError
+from mpiplat.versions import load
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+KUEUE = next(c for c in processes.CONTROLLERS if c.name == "kueue")
+LOCAL = yaml.safe_load((REPO / configs.LOCAL_VARS).read_text())
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch) -> Path:
+    """A copy of the files the local cluster reads from the checkout, used in place of it."""
+    for rel in (configs.KUEUE_TEMPLATE, configs.KUEUE_DEFAULTS, configs.LOCAL_VARS):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, tmp_path / rel)
+    monkeypatch.setattr(configs, "CHECKOUT", tmp_path)
+    return tmp_path
+
+
+def _ansible_template(tmp_path: Path, src: Path, *extra: str) -> str:
+    """Render a template the way the playbooks do: ansible's template module, local inventory."""
+    play = tmp_path / "render.yml"
+    out = tmp_path / "rendered.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [
+        {"ansible.builtin.template": {"src": str(src), "dest": str(out)}, "delegate_to": "localhost"}]}]))
+    proc = subprocess.run([PLAYBOOK, "-i", "inventories/local/hosts.yml", str(play), *extra], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return out.read_text()
+
+
+# ---------------------------------------------------------------- Kueue's config
+
+def test_kueue_config_is_the_role_template_with_the_local_values_and_host_settings(tmp_path):
+    role = configs.render_kueue_role_config(configs.kueue_vars())
+    conf = configs.kueue_config(KUEUE, tmp_path / "pki")
+    host = configs.kueue_host_settings(KUEUE, tmp_path / "pki")
+    # The role's settings, with the local inventory's values where it sets them.
+    for key in set(role) - set(host):
+        assert conf[key] == role[key], key
+    assert conf["waitForPodsReady"]["timeout"] == LOCAL["kueue_wait_for_pods_ready_timeout"] == "30s"
+    assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffBaseSeconds"] == \
+        LOCAL["kueue_requeuing_backoff_base_seconds"]
+    assert conf["integrations"]["frameworks"] == ["kubeflow.org/mpijob", "trainer.kubeflow.org/trainjob"]
+    assert conf["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "kueue-system"]
+    assert conf["manageJobsWithoutQueueName"] is False
+    # Only what a host process needs differs: addresses on 127.0.0.1, our certificate, one replica.
+    assert conf["health"] == {"healthProbeBindAddress": "127.0.0.1:31174"}
+    assert conf["metrics"] == {"bindAddress": "127.0.0.1:31173"}
+    assert conf["webhook"] == {"port": 31172, "host": "127.0.0.1", "certDir": str(tmp_path / "pki")}
+    assert conf["internalCertManagement"] == {"enable": False}
+    assert conf["leaderElection"] == {**role["leaderElection"], "leaderElect": False}
+    assert conf["clientConnection"] == {"qps": 100, "burst": 200}
+    assert conf["featureGates"] == {"VisibilityOnDemand": False}
+    assert set(conf) == set(role) | set(host)
+
+
+def test_the_rendering_matches_ansibles(tmp_path):
+    """Plain Jinja2 with our two Ansible filters renders the template as the role does."""
+    ansible = yaml.safe_load(_ansible_template(tmp_path, REPO / configs.KUEUE_TEMPLATE,
+                                               "-e", f"@{REPO / configs.KUEUE_DEFAULTS}",
+                                               "-e", f"@{REPO / configs.LOCAL_VARS}"))
+    assert configs.render_kueue_role_config(configs.kueue_vars()) == ansible
+
+
+def test_a_change_to_the_role_template_or_the_inventory_reaches_the_local_cluster(checkout, tmp_path):
+    template = checkout / configs.KUEUE_TEMPLATE
+    template.write_text(template.read_text() + "objectRetentionPolicies:\n  workloads:\n    afterFinished: 1h\n")
+    inventory = checkout / configs.LOCAL_VARS
+    inventory.write_text(inventory.read_text().replace("kueue_wait_for_pods_ready_timeout: 30s",
+                                                       "kueue_wait_for_pods_ready_timeout: 45s"))
+    conf = configs.kueue_config(KUEUE, tmp_path)
+    assert conf["objectRetentionPolicies"] == {"workloads": {"afterFinished": "1h"}}
+    assert conf["waitForPodsReady"]["timeout"] == "45s"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("five minutes", "kueue_wait_for_pods_ready_timeout is 'five minutes' in inventories/local"),
+    ("\"{{ other }}\"", "kueue_wait_for_pods_ready_timeout is the Jinja expression '{{ other }}'"),
+])
+def test_bad_local_kueue_values_are_refused(checkout, value, message):
+    inventory = checkout / configs.LOCAL_VARS
+    inventory.write_text(inventory.read_text().replace("kueue_wait_for_pods_ready_timeout: 30s",
+                                                       f"kueue_wait_for_pods_ready_timeout: {value}"))
+    with pytest.raises(ClusterError, match=message):
+        configs.kueue_vars()
+
+
+def test_without_a_checkout_up_stops_with_one_line_before_any_change(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(configs, "CHECKOUT", tmp_path / "site-packages" / "mpiplat")
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "state"))
+    monkeypatch.delenv("MPIPLAT_CLUSTER", raising=False)
+    assert cli.main(["cluster", "up"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: {tmp_path / 'site-packages' / 'mpiplat' / configs.KUEUE_DEFAULTS} not found")
+    assert "run `mpiplat cluster up` from a git clone" in err
+    assert not (tmp_path / "state").exists()
+
+
+# ---------------------------------------------------------------- one place for the local values
+
+def test_local_conformance_settings_agree_with_the_local_inventory(tmp_path):
+    """conformance/settings/local.yml carries what the installer writes from inventories/local."""
+    written = settings.parse(yaml.safe_load(_ansible_template(
+        tmp_path, REPO / "playbooks/templates/conformance-settings.yml.j2")))
+    local = settings.load(settings.LOCAL)
+    for key in ("pods_ready_timeout_s", "min_workers", "max_workers"):
+        assert local.thresholds[key] == written.thresholds[key], \
+            f"conformance/settings/local.yml thresholds.{key} disagrees with inventories/local"
+    assert written.thresholds["pods_ready_timeout_s"] == 30 + 30  # the 30s timeout + margin
+    assert (written.thresholds["min_workers"], written.thresholds["max_workers"]) == \
+        (LOCAL["guardrails_min_workers"], LOCAL["guardrails_max_workers"])
+
+
+def test_the_settings_template_falls_back_to_the_role_defaults(tmp_path):
+    """An inventory that sets none of them gets the roles' defaults (read from the roles' files)."""
+    text = _ansible_template(tmp_path, REPO / "playbooks/templates/conformance-settings.yml.j2",
+                             "-e", "kueue_wait_for_pods_ready_timeout=10m", "-e", "guardrails_max_workers=64")
+    thresholds = yaml.safe_load(text)["thresholds"]
+    guardrails = yaml.safe_load((REPO / "roles/guardrails/defaults/main.yml").read_text())
+    assert thresholds == {"pods_ready_timeout_s": 630, "min_workers": LOCAL["guardrails_min_workers"],
+                          "max_workers": 64}
+    assert guardrails["guardrails_min_workers"] == LOCAL["guardrails_min_workers"]
+
+
+# ---------------------------------------------------------------- errors: the first line says what to do
+
+def _first_line(err: BaseException) -> str:
+    return str(err).splitlines()[0]
+
+
+def test_a_failed_build_names_its_log_and_the_retry_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPIPLAT_CACHE", str(tmp_path))
+
+    def fail(comp, log):
+        log.write("go: downloading something\ncompile error: boom\n")
+        log.flush()
+        raise subprocess.CalledProcessError(1, ["go", "build", "-trimpath", "-o", "x"])
+
+    monkeypatch.setattr(build, "build_component", fail)
+    with pytest.raises(BuildError) as err:
+        build.build(only=["helm"], stream=io.StringIO())
+    comp = load()["helm"]
+    log = tmp_path / "logs" / f"build-helm-{comp.version}.log"
+    assert _first_line(err.value) == (f"building helm {comp.version} failed (go build -trimpath: exit 1); "
+                                      f"see {log}, then retry with `mpiplat cluster build --only helm`")
+    assert str(err.value).splitlines()[1:] == ["last lines of the log:", "go: downloading something",
+                                                "compile error: boom"]
+
+
+def test_a_build_without_go_says_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPIPLAT_CACHE", str(tmp_path))
+
+    def no_go(comp, log):
+        raise FileNotFoundError(2, "No such file or directory", "go")
+
+    monkeypatch.setattr(build, "build_component", no_go)
+    with pytest.raises(BuildError) as err:
+        build.build(only=["helm"], stream=io.StringIO())
+    assert "needs the Go toolchain (go >= 1.26) on PATH" in _first_line(err.value)
+    assert "`mpiplat cluster build --only helm`" in _first_line(err.value)
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "state"))
+    monkeypatch.delenv("MPIPLAT_CLUSTER", raising=False)
+    return tmp_path / "state"
+
+
+def test_a_busy_port_names_it_and_what_to_do(state, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        ctl = processes.Controller("kueue", "kueue", health_port=port)
+        with pytest.raises(ClusterError) as err:
+            processes.start(ctl, tmp_path / "kubeconfig", tmp_path / "pki", None)
+    assert _first_line(err.value).startswith(f"cannot start kueue: port(s) [{port}] already in use")
+    assert "run `mpiplat cluster down`" in _first_line(err.value)
+
+
+def test_a_controller_that_exits_names_its_log_and_the_retry(state):
+    ctl = processes.CONTROLLERS[1]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    processes.pid_file(ctl).parent.mkdir(parents=True)
+    processes.pid_file(ctl).write_text(str(dead.pid))
+    log = state / "logs" / f"{ctl.name}.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("starting\nerror: bad config\n")
+    with pytest.raises(ClusterError) as err:
+        processes.healthy(ctl)
+    assert _first_line(err.value) == (f"{ctl.name} exited while starting: see {log}, fix the cause, then run "
+                                      "`mpiplat cluster up` again")
+    assert str(err.value).splitlines()[-1] == "error: bad config"
+
+
+def test_a_failing_kwokctl_names_the_logs_and_the_way_out(state, monkeypatch):
+    monkeypatch.setattr(lifecycle.build, "binary", lambda name, comps=None: Path("/bin/false"))
+    with pytest.raises(ClusterError) as err:
+        lifecycle._kwokctl("create", "cluster", "--name=mpiplat")
+    first = _first_line(err.value)
+    assert first.startswith("kwokctl create cluster failed (exit 1): see the logs in ")
+    assert str(state / "kwok" / "clusters" / "mpiplat" / "logs") in first
+    assert "`mpiplat cluster down` and `mpiplat cluster up`" in first
+
+
+def test_a_failing_kubectl_gives_its_first_error_line_first(state, monkeypatch, tmp_path):
+    fake = tmp_path / "kubectl"
+    fake.write_text("#!/bin/sh\necho 'error: the server could not find the requested resource' >&2\n"
+                    "echo 'more detail' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(lifecycle.build, "binary", lambda name, comps=None: fake)
+    with pytest.raises(ClusterError) as err:
+        lifecycle.kubectl("get", "pods")
+    assert str(err.value).splitlines() == [
+        "kubectl get pods failed (exit 1): error: the server could not find the requested resource; "
+        "check the cluster with `mpiplat cluster status`", "more detail"]
+
+
+def test_a_wait_that_times_out_names_the_log_and_the_retry(tmp_path):
+    with pytest.raises(ClusterError) as err:
+        lifecycle._wait("kube-apiserver", lambda: False, 0, tmp_path / "logs")
+    assert _first_line(err.value) == (f"kube-apiserver not ready after 0s: see {tmp_path / 'logs'}, "
+                                      "then retry `mpiplat cluster up`")
+
+
+def test_an_unwritable_kueue_metrics_cert_dir_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(configs, "KUEUE_METRICS_CERTS", tmp_path / "etc" / "kueue")
+
+    def denied(*_):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(configs.shutil, "copy2", denied)
+    with pytest.raises(ClusterError) as err:
+        configs.install_kueue_metrics_certs(tmp_path / "pki")
+    assert _first_line(err.value) == (f"cannot write {tmp_path / 'etc' / 'kueue'} (Kueue reads its metrics "
+                                      "certificate from that fixed path): create it writable by you, or run "
+                                      "`mpiplat cluster up` as root")
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "cannot read node-pool spec {path}: No such file or directory; pass an existing file to --node-pools"),
+    ("pools: [1", "{path} is not valid YAML: fix it, then retry"),
+    ("pools:\n  - {name: gpu, count: x, gpus: 8, zones: [a], racks: [r]}",
+     "{path}: pools[0].count is 'x'; allowed: an integer >= 0"),
+])
+def test_node_pool_errors_name_the_file(tmp_path, text, message):
+    path = tmp_path / "pools.yml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(nodes.NodePoolError) as err:
+        nodes.load(path)
+    assert _first_line(err.value) == message.format(path=path)
+
+
+# ---------------------------------------------------------------- progress
+
+def test_progress_prints_plain_lines_when_not_on_a_terminal(monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")  # as CI often sets: still no spinner in a log file
+    out = io.StringIO()
+    with progress("building kueue", stream=out, every=0.05) as work:
+        time.sleep(0.2)
+        work.label = "building kueue, linking"
+        time.sleep(0.2)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 4
+    assert lines[0] == "    ... building kueue (0s)"
+    assert lines[-1] == "    ... building kueue, linking (0s)"
+    assert "\x1b" not in out.getvalue()  # no terminal control codes in CI logs
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_shows_a_spinner_with_elapsed_seconds_on_a_terminal(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    out = _Terminal()
+    with progress("waiting for kueue", stream=out, every=0.05):
+        time.sleep(0.3)
+    text = out.getvalue()
+    assert "waiting for kueue (0s)" in text
+    assert "    ... " not in text  # the spinner replaces the plain lines
