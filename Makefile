@@ -57,7 +57,7 @@ test-stack: build
 	  | sed -u 's/^/[stack] /'
 
 lint: setup
-	$(BIN)/ruff check src localcluster conformance charts playbooks conftest.py
+	$(BIN)/ruff check src localcluster conformance charts playbooks roles conftest.py
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 
