@@ -71,14 +71,16 @@ def _signal(sig=signal.SIGINT):
 
 
 @pytest.fixture(autouse=True)
-def _sigterm_like_the_suite():
-    """The suite turns SIGTERM into KeyboardInterrupt (conformance/suite/conftest.py)."""
+def _signals_like_the_suite():
+    """The suite turns SIGTERM into KeyboardInterrupt and sets Ctrl-C's own handler, whatever it
+    inherited (conformance/suite/conftest.py): a shell's background job starts with SIGINT ignored."""
     def interrupt(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    old = signal.signal(signal.SIGTERM, interrupt)
+    old = signal.signal(signal.SIGTERM, interrupt), signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
-    signal.signal(signal.SIGTERM, old)
+    signal.signal(signal.SIGTERM, old[0])
+    signal.signal(signal.SIGINT, old[1])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])

@@ -46,8 +46,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "requirement(id, needs=[]): the catalog id a test proves")
     config.addinivalue_line("markers", "read_only: the test changes nothing (runs in the preflight profile)")
-    # SIGTERM ends the run like Ctrl-C, so fixtures' cleanup runs.
+    # SIGTERM ends the run like Ctrl-C, so fixtures' cleanup runs; and Ctrl-C works even when the
+    # run inherited SIGINT ignored (a shell's background job does).
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         config._mpiplat_settings = load(config.getoption("--settings"))
     except SettingsError as err:

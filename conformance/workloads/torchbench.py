@@ -261,5 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+def _exit(code: int) -> None:
+    """Exit without interpreter finalization: a gloo worker thread can still be releasing a finished
+    collective's tensors then, and its GIL acquire during finalization aborts the process (exit 134
+    instead of the check's 1; pytorch/pytorch#179291). MPI, when it was used, is finalized first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())
