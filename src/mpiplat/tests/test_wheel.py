@@ -72,10 +72,13 @@ def test_installed_command_runs_without_go_or_checkout(installed):
 @pytest.mark.cluster
 def test_installed_preflight_run_against_the_cluster_in_kubeconfig(installed, kube, tmp_path):
     env = dict(installed, KUBECONFIG=kube.kubeconfig)
-    proc = _mpiplat(env, "conformance", "run", "--profile", "preflight", "--report-dir", str(tmp_path), "--json",
-                    timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # INS-01/02 rest on the cluster alone (CRDs, controllers, pinned versions), not on what other tests
+    # installed or removed: INS-02 compares with the pins shipped in the wheel, with no Go at hand.
+    proc = _mpiplat(env, "conformance", "run", "--profile", "preflight", "--only", "INS-01,INS-02",
+                    "--report-dir", str(tmp_path), "--json", timeout=600)
     results = json.loads(proc.stdout)
+    summary = {rid: r["status"] for rid, r in results["requirements"].items()}
+    assert proc.returncode == 0 and summary == {"INS-01": "passed", "INS-02": "passed"}, \
+        (summary, proc.stderr[-3000:])
     assert results["meta"]["cluster"]["server"] == kube.api_client.configuration.host
-    assert results["summary"]["failed"] == 0 and results["summary"]["passed"] >= 3, results["summary"]
-    assert "INS-02" in results["requirements"]
+    assert "INS-01" in proc.stderr and "PASSED" in proc.stderr  # progress, requirement by requirement
