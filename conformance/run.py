@@ -79,6 +79,7 @@ class Run:
     figures: list[Figure] = field(default_factory=list)
     plots: list[dict] = field(default_factory=list)  # {"requirement", "title", "svg"}
     wait_abandoned: bool = False  # a second interrupt ended cleanup's wait: later cleanups do not wait again
+    gone: bool = False  # the last cleanup saw every namespace of the run gone (until the next is created)
     _deleting: set[str] = field(default_factory=set, repr=False)  # delete accepted, or already terminating
 
     def namespace(self, team: Team | None = None, labels: dict[str, str] | None = None) -> str:
@@ -93,6 +94,7 @@ class Run:
         # Recorded first, and the create is not cut short: whatever the server did, cleanup knows the name.
         with signals_held():
             self.namespaces.append(name)
+            self.gone = False
             self.kube.core.create_namespace(body, _request_timeout=REQUEST_TIMEOUT_S)
         if team and team.cluster_queue:
             self.kube.create(LOCALQUEUE, {"apiVersion": LOCALQUEUE.api_version, "kind": "LocalQueue",
@@ -176,4 +178,5 @@ class Run:
                 interrupt = err
         if interrupt:
             raise interrupt
+        self.gone = not left
         return left

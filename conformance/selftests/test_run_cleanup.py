@@ -190,3 +190,13 @@ def test_keep_deletes_nothing(core):
     r = Run(SimpleNamespace(core=core), SimpleNamespace(namespace_prefix="conf"), keep=True)
     r.namespace()
     assert r.cleanup() == [] and all(not ns["terminating"] for ns in core.namespaces.values())
+
+
+def test_a_run_knows_when_its_namespaces_are_gone(run, core, monkeypatch):
+    """The session's last-resort cleanup (pytest_unconfigure) skips a run whose cleanup saw them gone."""
+    monkeypatch.setattr("mpiplat.conformance.run.time.sleep", lambda _s: core.finish_terminating())
+    run.namespace()
+    assert not run.gone
+    assert run.cleanup() == [] and run.gone
+    run.namespace()
+    assert not run.gone

@@ -67,7 +67,7 @@ def pytest_unconfigure(config):
     """The last word on the run's namespaces, reached however the session ended: an interrupt can
     cut a fixture's teardown short (pytest then drops the finalizers after it), never this."""
     r = getattr(config, "_mpiplat_run", None)
-    if r is None or r.keep or not r.namespaces:  # every namespace of the run is recorded before its create
+    if r is None or r.keep or not r.namespaces or r.gone:  # every namespace of the run is recorded before its create
         return
     try:
         left = r.cleanup()
