@@ -27,16 +27,16 @@ demo: build
 	$(BIN)/mpiplat cluster up
 	eval "$$($(BIN)/mpiplat cluster env)" && $(BIN)/ansible-playbook -i inventories/local playbooks/site.yml \
 	  && $(BIN)/mpiplat demo \
-	  && $(BIN)/mpiplat conformance run --settings inventories/local/conformance-settings.yml --report-dir reports/demo
+	  && $(BIN)/mpiplat conformance run --profile cluster --settings inventories/local/conformance-settings.yml --report-dir reports/demo
 
 BUNDLE ?= /tmp/mpiplat-test-bundle
 
 # Three lanes at once, each line of output prefixed with its lane (they mostly wait on API servers):
 #   offline: lint, then every test not marked `cluster` (unit, charts, MPI workloads, reports);
 #   helm:    molecule `helm` on a bare cluster of its own (MPIPLAT_CLUSTER=helm) from a fresh bundle;
-#   stack:   molecule `default` on the full local cluster (it leaves the stack and the teams installed),
-#            then the `cluster` tests: conformance suite, local cluster, playbooks. The last one stops
-#            the cluster.
+#   stack:   molecule `default` on the full local cluster with its real node (it leaves the stack and
+#            the teams installed), then the conformance suite's `cluster` profile (simulated and real
+#            pods), then the other `cluster` tests: local cluster, playbooks. The last one stops the cluster.
 test: build
 	@$(MAKE) --no-print-directory -j3 test-offline test-helm test-stack
 
@@ -53,7 +53,9 @@ test-helm: build
 
 test-stack: build
 	{ $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up && eval "$$($(BIN)/mpiplat cluster env)" \
-	  && $(BIN)/molecule test -s default && $(BIN)/pytest -m cluster --durations=20; } 2>&1 \
+	  && $(BIN)/molecule test -s default \
+	  && $(BIN)/pytest conformance/suite --profile cluster --durations=10 \
+	  && $(BIN)/pytest -m cluster --ignore=conformance/suite --durations=20; } 2>&1 \
 	  | sed -u 's/^/[stack] /'
 
 lint: setup

@@ -1,16 +1,22 @@
-"""What the cluster under test can prove: detected, then overridden by settings."""
+"""What the cluster under test can prove: detected, then overridden by settings.
+
+A cluster may mix KWOK nodes (simulated: they run no container) with real ones, as the local reference
+cluster does with its real node. `simulated`: there are KWOK nodes; `pod_network`: a real node takes
+pods; `gpus`: a real node that takes pods advertises GPUs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mpiplat.kube import Kube
 
 NAMES = ("simulated", "gpus", "pod_network")
 WHY_NOT = {
-    "simulated": "needs the local reference cluster (KWOK nodes)",
-    "gpus": "needs real GPU nodes (schedulable, advertising GPUs, running real pods)",
-    "pod_network": "needs real pods and pod networking (KWOK nodes run no containers)",
+    "simulated": "needs simulated (KWOK) nodes, as on the local reference cluster",
+    "gpus": "needs real GPU nodes (not KWOK, schedulable, Ready, advertising GPUs)",
+    "pod_network": "needs real pods and pod networking (a schedulable, Ready node that is not KWOK)",
 }
 
 
@@ -20,6 +26,9 @@ class Capabilities:
     gpus: bool
     pod_network: bool
     overridden: tuple[str, ...] = ()
+    # Detected only, never overridden: whether the cluster has KWOK nodes, where the suite places the
+    # jobs that rely on simulated behaviour (mpiplat.conformance.placement).
+    kwok_nodes: bool = False
 
     def missing(self, needs: list[str]) -> list[str]:
         return [n for n in needs if not getattr(self, n)]
@@ -28,14 +37,53 @@ class Capabilities:
         return {n: getattr(self, n) for n in NAMES} | {"overridden": list(self.overridden)}
 
 
-def detect(kube: Kube, gpu_resource: str, overrides: dict[str, bool] | None = None) -> Capabilities:
+def is_kwok(node) -> bool:
+    """A node KWOK manages (annotation kwok.x-k8s.io/node=fake) or labels as such (type=kwok)."""
+    return ((node.metadata.annotations or {}).get("kwok.x-k8s.io/node") == "fake"
+            or (node.metadata.labels or {}).get("type") == "kwok")
+
+
+def tolerates(tolerations: Iterable[Mapping], taint) -> bool:
+    """Whether a pod with `tolerations` tolerates `taint` (Kubernetes' matching rules)."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.effect:
+            continue
+        if t.get("operator", "Equal") == "Exists":
+            if not t.get("key") or t["key"] == taint.key:
+                return True
+        elif t.get("key") == taint.key and (t.get("value") or "") == (taint.value or ""):
+            return True
+    return False
+
+
+def takes_pods(node, tolerations: Iterable[Mapping] = ()) -> bool:
+    """A node the suite's pods can run on: not cordoned, Ready, and every NoSchedule/NoExecute taint
+    tolerated by `tolerations` (the settings')."""
+    tolerations = list(tolerations)
+    ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+    blocking = [t for t in (node.spec.taints or []) if t.effect in ("NoSchedule", "NoExecute")]
+    return (ready and not node.spec.unschedulable
+            and all(tolerates(tolerations, t) for t in blocking))
+
+
+def _gpus(node, gpu_resource: str) -> int:
+    return int((node.status.allocatable or {}).get(gpu_resource, "0"))
+
+
+def detect(kube: Kube, gpu_resource: str, overrides: dict[str, bool] | None = None,
+           tolerations: Iterable[Mapping] = ()) -> Capabilities:
+    """From the nodes: `simulated` when some are KWOK nodes; `pod_network` when a node that is not KWOK
+    takes pods (see takes_pods; `tolerations` are the settings'); `gpus` when such a node advertises
+    `gpu_resource`. KWOK nodes advertise GPUs but run nothing, so they never count for either."""
     nodes = kube.core.list_node().items
-    kwok = [n for n in nodes if (n.metadata.annotations or {}).get("kwok.x-k8s.io/node") == "fake"
-            or (n.metadata.labels or {}).get("type") == "kwok"]
-    simulated = bool(nodes) and len(kwok) == len(nodes)
-    gpus = any(int((n.status.allocatable or {}).get(gpu_resource, "0")) > 0 and not n.spec.unschedulable
-               for n in nodes)
-    # Real GPU workloads need real pods: KWOK nodes advertise GPUs but run nothing.
-    detected = {"simulated": simulated, "gpus": gpus and not simulated, "pod_network": not simulated}
+    tolerations = list(tolerations)
+    kwok = [n for n in nodes if is_kwok(n)]
+    real = [n for n in nodes if not is_kwok(n)]
+    # Pods that request GPUs also tolerate a taint named after the resource where the cluster taints its
+    # GPU nodes that way (the ExtendedResourceToleration admission plugin adds it).
+    gpu_tolerations = [*tolerations, {"key": gpu_resource, "operator": "Exists"}]
+    detected = {"simulated": bool(kwok),
+                "gpus": any(_gpus(n, gpu_resource) > 0 and takes_pods(n, gpu_tolerations) for n in real),
+                "pod_network": any(takes_pods(n, tolerations) for n in real)}
     overrides = overrides or {}
-    return Capabilities(**{**detected, **overrides}, overridden=tuple(sorted(overrides)))
+    return Capabilities(**{**detected, **overrides}, overridden=tuple(sorted(overrides)), kwok_nodes=bool(kwok))

@@ -74,12 +74,20 @@ def percentile(values: list[float], pct: float) -> float:
 def run_workload_job(kube: Kube, manifest: dict, program: str, ranks: int, timeout: float) -> list[dict]:
     """Submit a workload MPIJob, wait for it to end, and return its program's result records from
     the launcher's log. Fails with the job's diagnosis, or the program's own failed check."""
-    name, ns = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     kube.create(MPIJOB, manifest)
-    seen = condition_times(kube, MPIJOB, name, ns, until=("Succeeded", "Failed"), timeout=timeout)
+    records, _ = wait_workload_job(kube, manifest["metadata"]["name"], manifest["metadata"]["namespace"], program,
+                                   ranks, timeout)
+    return records
+
+
+def wait_workload_job(kube: Kube, name: str, ns: str, program: str, ranks: int, timeout: float,
+                      start: float | None = None) -> tuple[list[dict], dict[str, float]]:
+    """Wait for a submitted workload MPIJob to end; its program's result records from the launcher's log
+    and condition_times (seconds from `start`, default now). Fails like run_workload_job."""
+    seen = condition_times(kube, MPIJOB, name, ns, until=("Succeeded", "Failed"), timeout=timeout, start=start)
     launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name},{ROLE_LABEL}=launcher").items
     log = kube.core.read_namespaced_pod_log(launchers[-1].metadata.name, ns) if launchers else ""
     if "Succeeded" not in seen:
         raise AssertionError(f"{ns}/{name} did not succeed: {diagnose(kube, ns, name)}\n"
                              f"--- launcher log\n{log[-3000:]}")
-    return results.assert_passed(results.parse(log), program, ranks=ranks)
+    return results.assert_passed(results.parse(log), program, ranks=ranks), seen

@@ -181,10 +181,11 @@ def controller_config(ctl: Controller, pki: Path) -> dict | None:
 
 # ---------------------------------------------------------------- kwokctl
 
-def kwok_config(comps: dict[str, Component]) -> Path:
-    """Write kwokctl's config (local binaries, loopback binding, our Stages); its path."""
+def kwok_config(comps: dict[str, Component], options: dict | None = None, patches: list[dict] | None = None) -> Path:
+    """Write kwokctl's config (local binaries, loopback binding, our Stages) plus extra `options`
+    and componentsPatches (the real node's, see realnode.apiserver_patches); its path."""
     ports = control_plane_ports()
-    options = {
+    extra, options = options or {}, {
         "runtime": "binary",
         "kubeApiserverPort": ports["kube-apiserver"],
         "etcdPort": ports["etcd"],
@@ -201,7 +202,9 @@ def kwok_config(comps: dict[str, Component]) -> Path:
         "etcdBinary": str(build.binary("etcd", comps)),
         "kwokControllerBinary": str(build.binary("kwok", comps)),
     }
-    conf = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options}
+    options |= extra
+    conf = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options,
+            **({"componentsPatches": patches} if patches else {})}
     kwok_dir = module_dir(comps["kwok"])
     path = state_dir() / "kwokctl.yaml"
     path.write_text(yaml.safe_dump_all([conf, *docs([kwok_dir / s for s in UPSTREAM_STAGES]), *docs([STAGES])],

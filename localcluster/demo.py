@@ -1,4 +1,8 @@
-"""`mpiplat demo`: run one OpenMPI MPIJob on the local reference cluster and narrate it."""
+"""`mpiplat demo`: run one OpenMPI MPIJob on the local reference cluster and narrate it.
+
+Where the cluster has a real node, the job runs there for real: mpirun in the launcher starts one
+rank per worker pod over SSH, the ranks compute pi together and the demo prints what they said.
+Without one (`mpiplat cluster up --no-real-node`), the job runs on the KWOK nodes, simulated."""
 
 from __future__ import annotations
 
@@ -11,6 +15,24 @@ from mpiplat import jobs
 from mpiplat.kube import MPIJOB, Kube, has_condition
 
 NAMESPACE = "mpiplat-demo"
+# Each rank integrates its share of 4/(1+x^2) over [0, 1]; rank 0 prints the sum.
+PI_PROGRAM = """
+import socket
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+rank, size, n = comm.Get_rank(), comm.Get_size(), 1_000_000
+part = sum(4.0 / (1.0 + ((i + 0.5) / n) ** 2) for i in range(rank, n, size)) / n
+print(f"rank {rank} of {size} on pod {socket.gethostname()}: partial sum {part:.12f}", flush=True)
+total = comm.reduce(part, root=0)
+if rank == 0:
+    print(f"pi = {total:.12f} (error {abs(total - 3.141592653589793):.1e})", flush=True)
+"""
+
+
+def _has_real_node(kube: Kube) -> bool:
+    return any((n.metadata.annotations or {}).get("kwok.x-k8s.io/node") != "fake" and any(
+        c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+        for n in kube.core.list_node().items)
 
 
 def _fresh_namespace(kube: Kube) -> None:
@@ -32,11 +54,21 @@ def _fresh_namespace(kube: Kube) -> None:
 
 def run(kube: Kube) -> int:
     _fresh_namespace(kube)
-    spec = jobs.MPIJobSpec(name="demo-pi", namespace=NAMESPACE, workers=2,
-                           launcher_annotations={jobs.COMPLETE_AFTER: "3s"})
+    real = _has_real_node(kube)
+    if real:
+        from mpiplat.localcluster.images import LOCAL_IMAGES
+
+        spec = jobs.MPIJobSpec(name="demo-pi", namespace=NAMESPACE, workers=2, image=LOCAL_IMAGES["OpenMPI"],
+                               command=["python3", "-c", PI_PROGRAM])
+    else:  # simulated: the KWOK nodes complete the launcher after COMPLETE_AFTER
+        spec = jobs.MPIJobSpec(name="demo-pi", namespace=NAMESPACE, workers=2,
+                               launcher_annotations={jobs.COMPLETE_AFTER: "3s"},
+                               node_selector=dict(jobs.KWOK_NODE_SELECTOR),
+                               tolerations=[dict(jobs.KWOK_TOLERATION)])
     start = time.monotonic()
     kube.create(MPIJOB, jobs.mpijob(spec))
-    print(f"submitted MPIJob {NAMESPACE}/demo-pi (OpenMPI, 2 workers)")
+    print(f"submitted MPIJob {NAMESPACE}/demo-pi (OpenMPI, 2 workers, "
+          f"{'real pods on the real node' if real else 'simulated on KWOK nodes'})")
     seen: list[str] = []
 
     def narrate(obj: dict) -> bool:
@@ -52,6 +84,12 @@ def run(kube: Kube) -> int:
     print("".join(f"  {line}\n" for line in hostfile.splitlines()), end="")
     for pod in kube.core.list_namespaced_pod(NAMESPACE).items:
         print(f"  pod {pod.metadata.name:24} {pod.status.phase:10} node={pod.spec.node_name}")
+    if real:
+        launcher = kube.core.list_namespaced_pod(NAMESPACE, label_selector=f"{jobs.ROLE_LABEL}=launcher").items
+        print("what the ranks printed (launcher log):")
+        for pod in launcher[-1:]:
+            log = kube.core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE)
+            print("".join(f"  {line}\n" for line in log.splitlines()), end="")
     ok = "Succeeded" in seen
     print(f"demo {'succeeded' if ok else 'FAILED'} in {time.monotonic() - start:.1f}s "
           f"(namespace {NAMESPACE} kept for inspection)")

@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
-from mpiplat.localcluster import build, certs, configs, nodes, processes, webhooks
+from mpiplat.localcluster import build, certs, configs, nodes, processes, realnode, webhooks
+from mpiplat.localcluster.kubectl import apply, kubectl
 from mpiplat.localcluster.progress import progress
 from mpiplat.localcluster.state import (
     DEFAULT_INSTANCE,
@@ -43,25 +42,6 @@ def _say(msg: str) -> None:
 
 
 # ---------------------------------------------------------------- kubectl and kwokctl
-
-def kubectl(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """kubectl against this cluster; a ClusterError on failure unless check is False."""
-    cmd = [str(build.binary("kubectl")), f"--kubeconfig={kubeconfig_path()}", *args]
-    proc = subprocess.run(cmd, input=input, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        out = (proc.stderr.strip() or proc.stdout.strip() or "(no output)").splitlines()
-        raise ClusterError("\n".join([
-            f"kubectl {' '.join(args[:2])} failed (exit {proc.returncode}): {out[0]}; check the cluster with "
-            "`mpiplat cluster status`", *out[1:]]))
-    return proc
-
-
-def apply(objs: list[dict]) -> None:
-    """Server-side apply of objects (field manager mpiplat-localcluster)."""
-    if objs:
-        kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=mpiplat-localcluster",
-                "-f", "-", input=yaml.safe_dump_all(objs))
-
 
 def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     bins = load()
@@ -125,7 +105,25 @@ def _retry(fn: Callable[[], None], timeout: float) -> None:
 
 # ---------------------------------------------------------------- up / down / status
 
-def _control_plane(comps, start: float) -> None:
+def _real_node_marker() -> Path:
+    """Present when this instance's control plane was created for a real node."""
+    return state_dir() / "real-node"
+
+
+def all_ports() -> list[int]:
+    """Every port this instance listens on."""
+    return sorted(set(processes.all_ports()) | set(realnode.all_ports()))
+
+
+def real_node_enabled() -> bool:
+    return _real_node_marker().exists()
+
+
+def _control_plane(comps, start: float, real: bool) -> None:
+    if kwok_cluster_dir().exists() and real != real_node_enabled():
+        raise ClusterError(f"cluster {instance()} was created {'without' if real else 'with'} the real node: run "
+                           "`mpiplat cluster down` first, or repeat `up` with the same choice"
+                           f"{'' if real else ' (without --no-real-node)'}")
     if _apiserver_ready():
         _say("control plane: already running")
         return
@@ -140,31 +138,49 @@ def _control_plane(comps, start: float) -> None:
             if busy:
                 raise ClusterError(f"cluster {instance()}: control-plane ports {busy} are in use by something else: "
                                    "free them (`ss -ltnp` shows which), or name another cluster with MPIPLAT_CLUSTER")
-            _kwokctl("create", "cluster", f"--name={NAME}", f"--config={configs.kwok_config(comps)}",
+            options, patches = realnode.apiserver_patches() if real else ({}, [])
+            if real:
+                _real_node_marker().touch()
+            _kwokctl("create", "cluster", f"--name={NAME}", f"--config={configs.kwok_config(comps, options, patches)}",
                      f"--kubeconfig={state_dir() / 'kwokctl-contexts.yaml'}",
                      "--disable-qps-limits", "--wait=90s")
         _wait("kube-apiserver", _apiserver_ready, 90, logs)
     _say(f"  kube-apiserver ready ({time.monotonic() - start:.1f}s)")
 
 
-def up(node_pools: str | None = None, bare: bool = False) -> None:
+def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True) -> None:
     """Start (or reuse) the cluster. bare: control plane and nodes only, no upstream CRDs or
-    controllers, for installing the upstream components with Helm (molecule scenario `helm`)."""
+    controllers, for installing the upstream components with Helm (molecule scenario `helm`).
+    real_node: add the real node real-0 (default cluster, not bare: one real node per host)."""
+    from mpiplat.localcluster import images
+
     start = time.monotonic()
     if not bare and instance() != DEFAULT_INSTANCE:
         raise ClusterError(f"MPIPLAT_CLUSTER={instance()}: only the default cluster ({DEFAULT_INSTANCE}) runs the "
                            "host controllers (their ports are fixed); start this one with --bare")
+    real = real_node and not bare
     comps = load()
-    # Bad input (node pools, a missing checkout, a bad local value) stops before any build or change.
+    # Bad input (node pools, a missing checkout, a bad local value, a host that cannot run the real
+    # node) stops before any build or change.
     pools = nodes.load(Path(node_pools)) if node_pools else nodes.load()
     if not bare:
         configs.kueue_vars()
+    if real:
+        realnode.check_host()
     build.build()
+    if real:
+        images.ensure_built()
     state_dir().mkdir(parents=True, exist_ok=True)
+    if real:
+        realnode.record_host()
 
-    _control_plane(comps, start)
-    apply(nodes.manifests(pools))
-    _say(f"  nodes: {sum(p['count'] for p in pools)} fake nodes from {len(pools)} pool(s)")
+    _control_plane(comps, start, real)
+    apply(nodes.manifests(pools, [realnode.KWOK_TAINT] if real else []))
+    _say(f"  nodes: {sum(p['count'] for p in pools)} fake nodes from {len(pools)} pool(s)"
+         + (f", tainted {realnode.KWOK_TAINT['key']}" if real else ""))
+    if real:
+        with progress(f"starting the real node {realnode.NAME}", every=PLAIN_EVERY):
+            realnode.up(_say)
     if bare:
         _say(f"bare cluster up in {time.monotonic() - start:.1f}s (no upstream CRDs or controllers); "
              f"export KUBECONFIG={kubeconfig_path()}")
@@ -192,10 +208,12 @@ def up(node_pools: str | None = None, bare: bool = False) -> None:
 
 
 def down() -> None:
-    """Stop every process of this instance, check its ports are free, remove its state."""
+    """Stop every process of this instance, put the host back as `up` found it, check its ports
+    are free, remove its state."""
     for ctl in processes.CONTROLLERS:
         if processes.stop(ctl):
             _say(f"  stopped {ctl.name}")
+    realnode.down(_say)
     if kwok_cluster_dir().exists():
         for pidf in (kwok_cluster_dir() / "pids").glob("*.pid"):
             pid = processes.running_pid(pidf)
@@ -205,7 +223,7 @@ def down() -> None:
                  f"--kubeconfig={state_dir() / 'kwokctl-contexts.yaml'}", check=False)
         shutil.rmtree(kwok_cluster_dir(), ignore_errors=True)
         _say("  deleted control plane")
-    busy = [p for p in processes.all_ports() if processes.port_open(p)]
+    busy = [p for p in all_ports() if processes.port_open(p)]
     if busy:
         raise ClusterError(f"ports {busy} still in use after `mpiplat cluster down`: find the process with "
                            "`ss -ltnp`, stop it, then run `mpiplat cluster down` again")
@@ -226,6 +244,8 @@ def status() -> dict:
         running = bool(pid and processes.alive(pid))
         comps[ctl.name] = {"running": running, "pid": pid, "healthy": running and processes.http_ok(ctl.health_url),
                            "log": str(log_file(ctl.name))}
+    if real_node_enabled():
+        comps |= realnode.status()
     for c in comps.values():
         c.setdefault("healthy", c["running"])
         c["rss_mib"] = processes.rss_mib(c["pid"]) if c["running"] else 0

@@ -60,8 +60,9 @@ def load(path: Path = DEFAULT_SPEC) -> list[dict]:
     return pools
 
 
-def manifests(pools: list[dict]) -> list[dict]:
-    """Node objects for kwok to manage (annotation kwok.x-k8s.io/node: fake)."""
+def manifests(pools: list[dict], taints: list[dict] | None = None) -> list[dict]:
+    """Node objects for kwok to manage (annotation kwok.x-k8s.io/node: fake), each with the pool's
+    taints plus `taints` (the real node's cluster taints them all, see realnode.KWOK_TAINT)."""
     nodes = []
     for pool in pools:
         for i in range(pool["count"]):
@@ -85,7 +86,7 @@ def manifests(pools: list[dict]) -> list[dict]:
                 "kind": "Node",
                 "metadata": {"name": name, "labels": labels,
                              "annotations": {"kwok.x-k8s.io/node": "fake"}},
-                "spec": {"taints": list(pool.get("taints") or [])},
+                "spec": {"taints": [*(pool.get("taints") or []), *(taints or [])]},
                 "status": {"capacity": capacity, "allocatable": capacity,
                            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
                                         "kubeletVersion": "fake", "kubeProxyVersion": "fake"}},

@@ -23,7 +23,9 @@ def test_local_settings_load_with_defaults():
     assert s.thresholds["submit_to_created_p95_s"] == 5 and s.thresholds["pods_ready_timeout_s"] == 60
     assert set(s.images) == {"OpenMPI", "Intel", "MPICH"}
     assert s.gpu_benchmark["nodes"] == [1, 2, 4, 8] and s.gpu_benchmark["gpus_per_node"] == 8
-    assert s.storage == {"access_mode": "ReadWriteMany", "size": "1Gi"}
+    # JOB-10's volume on the local cluster: its local-path class, ReadWriteOnce (every worker on its one real node).
+    assert s.storage == {"storage_class": "local-path", "access_mode": "ReadWriteOnce", "size": "1Gi"}
+    assert parse({"teams": [{"name": "a"}]}).storage == {"access_mode": "ReadWriteMany", "size": "1Gi"}  # defaults
 
 
 @pytest.mark.parametrize("data, field", [

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from mpiplat import jobs
 from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import report
+from mpiplat.conformance.placement import Placement, placement
 from mpiplat.conformance.run import RUN_LABEL, Run
 from mpiplat.conformance.settings import SettingsError, load
 from mpiplat.kube import Kube, KubeconfigError
@@ -137,9 +139,55 @@ def capabilities(pytestconfig, kube, settings):
         if name not in caps.NAMES or value.lower() not in ("true", "false"):
             raise pytest.UsageError(f"--capability {spec!r}: allowed NAME=true|false with NAME in {caps.NAMES}")
         overrides[name] = value.lower() == "true"
-    found = caps.detect(kube, settings.gpu_resource, overrides)
+    found = caps.detect(kube, settings.gpu_resource, overrides, settings.tolerations)
     pytestconfig._mpiplat_capabilities = found.as_dict()
     return found
+
+
+@pytest.fixture(scope="session")
+def place(settings, capabilities):
+    """place(real=False, node_selector=None, tolerations=()) -> Placement: where a job's pods go
+    (mpiplat.conformance.placement): the settings' node selector and tolerations with a test's own
+    merged in; unless `real`, on the cluster's KWOK nodes where it has any. Pods the suite makes
+    itself get it through placement.pod_spec."""
+
+    def _place(*, real: bool = False, node_selector: dict[str, str] | None = None,
+               tolerations: list[dict] | tuple = ()) -> Placement:
+        return placement(real=real, kwok_nodes=capabilities.kwok_nodes,
+                         node_selector={**settings.node_selector, **(node_selector or {})},
+                         tolerations=[*settings.tolerations, *tolerations])
+
+    return _place
+
+
+@pytest.fixture(scope="session")
+def mpijob_spec(settings, place):
+    """mpijob_spec(name, namespace, *, real=False, implementation="OpenMPI", **kw) -> jobs.MPIJobSpec:
+    how every suite test builds its MPIJobs. Image settings.images[implementation] and gpu_resource
+    from the settings (unless given), placement from `place` (real=True: the job runs real pods and
+    checks them; False: it relies on simulated behaviour, or needs more than real nodes may offer)."""
+
+    def _spec(name: str, namespace: str, *, real: bool = False, implementation: str = "OpenMPI",
+              node_selector: dict[str, str] | None = None, tolerations: list[dict] | tuple = (),
+              **kw) -> jobs.MPIJobSpec:
+        kw.setdefault("image", settings.images[implementation])
+        kw.setdefault("gpu_resource", settings.gpu_resource)
+        return jobs.MPIJobSpec(name=name, namespace=namespace, implementation=implementation,
+                               **place(real=real, node_selector=node_selector, tolerations=tolerations), **kw)
+
+    return _spec
+
+
+@pytest.fixture(scope="session")
+def trainjob_spec(place):
+    """trainjob_spec(name, namespace, *, real=False, **kw) -> jobs.TrainJobSpec, placed like mpijob_spec."""
+
+    def _spec(name: str, namespace: str, *, real: bool = False, node_selector: dict[str, str] | None = None,
+              tolerations: list[dict] | tuple = (), **kw) -> jobs.TrainJobSpec:
+        return jobs.TrainJobSpec(name=name, namespace=namespace,
+                                 **place(real=real, node_selector=node_selector, tolerations=tolerations), **kw)
+
+    return _spec
 
 
 @pytest.fixture(scope="session")

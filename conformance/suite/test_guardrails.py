@@ -10,6 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
+from mpiplat.conformance.placement import pod_spec
 from mpiplat.kube import MPIJOB
 
 QUOTA_LABEL = {"mpiplat.io/gpu-quota": "true"}  # guardrails_quota_selector's default
@@ -62,13 +63,12 @@ def _wait_until_policy_rejects(kube, manifest: dict, policy: str, timeout: float
         time.sleep(0.2)
 
 
-def _job(settings, name: str, ns: str, **kw) -> dict:
-    return jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, image=settings.images["OpenMPI"],
-                                       gpu_resource=settings.gpu_resource, **kw))
+def _job(mpijob_spec, name: str, ns: str, **kw) -> dict:
+    return jobs.mpijob(mpijob_spec(name, ns, **kw))
 
 
 @pytest.mark.requirement("FAIL-03")
-def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, settings):
+def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, settings, place, mpijob_spec):
     ns = run.namespace()
     gpu = settings.gpu_resource
     key = f"requests.{gpu}"
@@ -77,13 +77,12 @@ def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, 
         spec=client.V1ResourceQuotaSpec(hard={key: "8"})))
     # Until the quota controller has filled in status.hard, quota admission refuses pods that need the quota.
     _wait_for_quota(kube, ns, "gpus", lambda st: (st.hard or {}).get(key) == "8", "got no status.hard")
-    kube.core.create_namespaced_pod(ns, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="gpu-user"),
-        spec=client.V1PodSpec(automount_service_account_token=False, containers=[client.V1Container(
-            name="c", image="busybox", resources=client.V1ResourceRequirements(
-                requests={gpu: "4"}, limits={gpu: "4"}))])))
+    kube.core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-user"},
+        "spec": {"automountServiceAccountToken": False, **pod_spec(place()), "containers": [{
+            "name": "c", "image": "busybox", "resources": {"requests": {gpu: "4"}, "limits": {gpu: "4"}}}]}})
     _wait_for_quota(kube, ns, "gpus", lambda st: (st.used or {}).get(key) == "4", "did not count the pod's 4 GPUs")
-    greedy = _job(settings, "greedy", ns, workers=3, gpus_per_worker=2)
+    greedy = _job(mpijob_spec, "greedy", ns, workers=3, gpus_per_worker=2)
     # The policy must have seen the quota (and its used 4) before a submit can be judged.
     _wait_until_policy_rejects(kube, greedy, "the GPU-quota guardrail (ValidatingAdmissionPolicy mpiplat-gpu-quota)")
     message, elapsed = _rejected(kube, greedy)
@@ -91,24 +90,24 @@ def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, 
     assert "Requested 6 GPUs (3 workers x 2 GPUs); namespace quota 8, used 4, available 4" in message, message
     assert elapsed < settings.thresholds["quota_rejection_s"]
     assert kube.core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-name=greedy").items == []
-    kube.create(MPIJOB, _job(settings, "modest", ns, workers=2, gpus_per_worker=2,
+    kube.create(MPIJOB, _job(mpijob_spec, "modest", ns, workers=2, gpus_per_worker=2,
                              launcher_annotations={jobs.COMPLETE_AFTER: "2s"}))  # 4 fit: admitted
 
 
 @pytest.mark.requirement("JOB-05")
 @pytest.mark.parametrize("workers", ["below", "above"])
-def test_worker_counts_outside_the_range_are_rejected_at_submit(kube, run, settings, workers):
+def test_worker_counts_outside_the_range_are_rejected_at_submit(kube, run, settings, mpijob_spec, workers):
     lo, hi = int(settings.thresholds["min_workers"]), int(settings.thresholds["max_workers"])
     count = lo - 1 if workers == "below" else hi + 1
     ns = run.namespace()
-    message, _ = _rejected(kube, _job(settings, f"n{count}", ns, workers=max(count, 1)))
+    message, _ = _rejected(kube, _job(mpijob_spec, f"n{count}", ns, workers=max(count, 1)))
     assert f"MPIJob worker count {count} is outside the allowed range {lo}..{hi}" in message, message
 
 
 @pytest.mark.requirement("ISO-04")
-def test_names_that_break_hostfiles_are_rejected(kube, run, settings):
+def test_names_that_break_hostfiles_are_rejected(kube, run, mpijob_spec):
     ns = run.namespace()
-    manifest = _job(settings, "train-v1", ns, workers=2)
+    manifest = _job(mpijob_spec, "train-v1", ns, workers=2)
     manifest["metadata"]["name"] = "train.v1"
     message, _ = _rejected(kube, manifest)
     assert 'MPIJob name "train.v1" contains dots, which break MPI hostfiles' in message, message

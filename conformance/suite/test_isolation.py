@@ -6,16 +6,16 @@ import pytest
 from kubernetes import client
 
 from mpiplat import jobs
+from mpiplat.conformance.placement import Placement, pod_spec
 from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, wait_pods
 from mpiplat.kube import MPIJOB, label_selector
 
 
 @pytest.mark.requirement("ISO-02")
-def test_job_pods_get_no_api_token(kube, run, settings):
+def test_job_pods_get_no_api_token(kube, run, mpijob_spec):
     ns = run.namespace()
-    kube.create(MPIJOB, jobs.mpijob(jobs.MPIJobSpec(name="tokenless", namespace=ns, workers=2,
-                                                    image=settings.images["OpenMPI"],
-                                                    launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
+    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("tokenless", ns, workers=2,
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=tokenless", all_running(3), timeout=120)
     for pod in pods:
         mounts = [m.mount_path for c in pod.spec.containers for m in (c.volume_mounts or [])]
@@ -78,14 +78,13 @@ def _namespace_with_team_policies(kube, run, settings) -> str:
 
 
 @pytest.mark.requirement("ISO-03")
-def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run, settings):
+def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run, settings, mpijob_spec):
     """The team namespace's NetworkPolicies, laid onto a running MPIJob: every job pod is selected by
     a policy, no rule admits other namespaces, and workers admit the launcher (SSH) and each other.
     (Objects only here; the cluster profile proves enforcement with a probe pod.)"""
     net = client.NetworkingV1Api(kube.api_client)
     ns = _namespace_with_team_policies(kube, run, settings)
-    spec = jobs.MPIJobSpec(name="np", namespace=ns, workers=2, image=settings.images["OpenMPI"],
-                           launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
+    spec = mpijob_spec("np", ns, workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
     kube.create(MPIJOB, jobs.mpijob(spec))
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=np", all_running(3), timeout=120)
     workers = {p.metadata.name for p in pods if p.metadata.labels.get(ROLE_LABEL) == "worker"}
@@ -116,16 +115,22 @@ def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run
 
 
 PROBE_PORT = 2222  # the workers' sshd
+PROBE_FOR_S = 10
 
 
-def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str]) -> str:
-    """A pod that tries one TCP connection to ip:PROBE_PORT; returns OPEN or CLOSED."""
-    script = f"if timeout 5 bash -c '</dev/tcp/{ip}/{PROBE_PORT}'; then echo OPEN; else echo CLOSED; fi"
+def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str], placed: Placement) -> str:
+    """A pod that tries to connect to ip:PROBE_PORT for up to PROBE_FOR_S seconds; returns OPEN as soon
+    as one connection succeeds, else CLOSED. (A network plugin programs a new pod's policy rules a
+    moment after the pod starts, so one early attempt could be refused although the pod is admitted.)"""
+    tries = int(PROBE_FOR_S / 0.5)
+    script = (f"for i in $(seq {tries}); do if timeout 1 bash -c '</dev/tcp/{ip}/{PROBE_PORT}' 2>/dev/null; "
+              "then echo OPEN; exit 0; fi; sleep 0.5; done; echo CLOSED")
     pod_security = {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
     container_security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     kube.core.create_namespaced_pod(ns, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
         "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False, "securityContext": pod_security,
+                 **pod_spec(placed),
                  "containers": [{"name": "probe", "image": image, "command": ["bash", "-c", script],
                                  "securityContext": container_security,
                                  "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}})
@@ -135,20 +140,29 @@ def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str]
 
 
 @pytest.mark.requirement("ISO-03", needs=["pod_network"])
-def test_network_policies_are_enforced_for_a_running_job(kube, run, settings):
+def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, place, mpijob_spec):
     """Real traffic: a probe pod in another namespace cannot reach a worker's SSH port, while a pod
     inside the job's namespace with the launcher's role can."""
     ns = _namespace_with_team_policies(kube, run, settings)
     image = settings.images["OpenMPI"]
-    spec = jobs.MPIJobSpec(name="np", namespace=ns, workers=2, image=image, command=["sleep", "600"],
-                           node_selector=dict(settings.node_selector), tolerations=list(settings.tolerations))
+    spec = mpijob_spec("np", ns, real=True, workers=2, image=image, command=["sleep", "600"])
     kube.create(MPIJOB, jobs.mpijob(spec))
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=np,{ROLE_LABEL}=worker", all_running(2), timeout=300)
     ip = pods[0].status.pod_ip
     inside = _probe(kube, ns, "probe-inside", ip, image,
-                    {"mpiplat.io/probe": "inside", JOB_LABEL: "np", ROLE_LABEL: "launcher"})
+                    {"mpiplat.io/probe": "inside", JOB_LABEL: "np", ROLE_LABEL: "launcher"}, place(real=True))
     outsider_ns = run.namespace()
-    outside = _probe(kube, outsider_ns, "probe-outside", ip, image, {"mpiplat.io/probe": "outside"})
+    outside = _probe(kube, outsider_ns, "probe-outside", ip, image, {"mpiplat.io/probe": "outside"},
+                     place(real=True))
     assert inside == "OPEN", f"a launcher-role pod in the job's namespace could not reach {ip}:{PROBE_PORT}: {inside}"
     assert outside == "CLOSED", (f"a pod in namespace {outsider_ns} reached worker {ip}:{PROBE_PORT}: the "
                                  "NetworkPolicies exist but are not enforced (does the cluster's CNI support them?)")
+    # The probe can tell: with the team's policies removed, the same outsider connects.
+    net = client.NetworkingV1Api(kube.api_client)
+    for pol in net.list_namespaced_network_policy(ns).items:
+        net.delete_namespaced_network_policy(pol.metadata.name, ns)
+    unguarded = _probe(kube, outsider_ns, "probe-unguarded", ip, image, {"mpiplat.io/probe": "unguarded"},
+                       place(real=True))
+    assert unguarded == "OPEN", (f"with the policies removed, a pod in namespace {outsider_ns} still could not "
+                                 f"reach worker {ip}:{PROBE_PORT} ({unguarded}): the probe cannot tell enforcement "
+                                 "from a broken pod network")

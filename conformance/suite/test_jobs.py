@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import re
 import time
 
 import pytest
@@ -18,8 +20,11 @@ from mpiplat.conformance.watch import (
     run_workload_job,
     submit,
     wait_pods,
+    wait_workload_job,
 )
-from mpiplat.kube import MPIJOB, TRAINJOB, has_condition
+from mpiplat.conformance.workloads import results
+from mpiplat.diagnose import diagnose
+from mpiplat.kube import MPIJOB, TRAINJOB, Kind, has_condition
 
 IMPLEMENTATIONS = [
     pytest.param("OpenMPI", "{host} slots={slots}", marks=pytest.mark.requirement("JOB-01"), id="OpenMPI"),
@@ -28,50 +33,116 @@ IMPLEMENTATIONS = [
 ]
 
 
-def _spec(settings, name: str, namespace: str, **kw) -> jobs.MPIJobSpec:
-    impl = kw.pop("implementation", "OpenMPI")
-    return jobs.MPIJobSpec(name=name, namespace=namespace, implementation=impl, image=settings.images[impl],
-                           node_selector=dict(settings.node_selector), tolerations=list(settings.tolerations), **kw)
-
-
 @pytest.mark.parametrize("implementation, line", IMPLEMENTATIONS)
-def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, settings, capabilities,
+def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, capabilities, mpijob_spec,
                                                                   implementation, line):
     """The allreduce workload (delivered by ConfigMap) runs on 3 workers x 2 slots; where pods run
-    for real, the program's own check must pass on all 6 ranks."""
+    for real (on a real node, also of a cluster with KWOK nodes), the program's own check must pass
+    on all 6 ranks; elsewhere the job is simulated."""
     ns = run.namespace()
     kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
-    spec = _spec(settings, "hello", ns, implementation=implementation, workers=3, slots_per_worker=2,
-                 workload="allreduce", launcher_annotations={jobs.COMPLETE_AFTER: "4s"})
+    spec = mpijob_spec("hello", ns, real=capabilities.pod_network, implementation=implementation, workers=3,
+                       slots_per_worker=2, workload="allreduce", launcher_annotations={jobs.COMPLETE_AFTER: "4s"},
+                       # Sizes a small node runs in seconds even with 6 busy-polling ranks on 2 cores.
+                       workload_args=["--counts", "1,1000,16384"])
     kube.create(MPIJOB, jobs.mpijob(spec))
     seen = condition_times(kube, MPIJOB, "hello", ns, until=("Succeeded", "Failed"), timeout=300)
     assert list(seen)[:3] == ["Created", "Running", "Succeeded"], seen
     hostfile = kube.core.read_namespaced_config_map("hello-config", ns).data["hostfile"].splitlines()
     assert hostfile == [line.format(host=f"hello-worker-{i}.hello.{ns}.svc", slots=2) for i in range(3)]
     if capabilities.pod_network:
-        from mpiplat.conformance.workloads import results
-
         launcher = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=hello,{ROLE_LABEL}=launcher").items
         log = kube.core.read_namespaced_pod_log(launcher[-1].metadata.name, ns)
         results.assert_passed(results.parse(log), "allreduce", ranks=6)
 
 
+CLUSTER_TRAINING_RUNTIME = Kind("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
+TRAINING_RUNTIME = Kind("trainer.kubeflow.org", "v1alpha1", "trainingruntimes")
+# Labels JobSet puts on a TrainJob's pods (the JobSet has the TrainJob's name).
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+def _runtime_copy(kube, runtime: str, namespace: str, image: str) -> None:
+    """A TrainingRuntime `runtime` in `namespace`: the installed ClusterTrainingRuntime's spec (its MPI policy,
+    replicated jobs, users, sshd command, SSH mount path) with the image of its `node` containers set to `image`.
+
+    Needed because Trainer v2.3 sets a TrainJob's image on the launcher only (trainer.image reaches the job
+    labelled trainjob-ancestor-step=trainer) and a runtime patch cannot set an image (its containers take env,
+    volumeMounts and securityContext): the node pods of the ClusterTrainingRuntime itself always run its
+    own image (ghcr.io/kubeflow/trainer/...-runtime), which a cluster without that registry cannot pull."""
+    installed = kube.get(CLUSTER_TRAINING_RUNTIME, runtime)
+    spec = copy.deepcopy(installed["spec"])
+    replaced = []
+    for rjob in spec["template"]["spec"]["replicatedJobs"]:
+        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == jobs.TRAINER_CONTAINER:
+                container["image"] = image
+                replaced.append(rjob["name"])
+    assert sorted(replaced) == sorted(jobs.TRAINER_MPI_JOBS), \
+        f"ClusterTrainingRuntime {runtime}: `{jobs.TRAINER_CONTAINER}` containers in {replaced}, " \
+        f"expected one in each of {list(jobs.TRAINER_MPI_JOBS)}"
+    assert spec.get("mlPolicy", {}).get("mpi"), f"ClusterTrainingRuntime {runtime} has no MPI policy"
+    kube.create(TRAINING_RUNTIME, {"apiVersion": TRAINING_RUNTIME.api_version, "kind": "TrainingRuntime",
+                                   "metadata": {"name": runtime, "namespace": namespace,
+                                                "labels": dict(installed["metadata"].get("labels") or {})},
+                                   "spec": spec})
+
+
 @pytest.mark.requirement("JOB-04")
-def test_trainjob_on_mpi_runtime_completes(kube, run):
+def test_trainjob_on_mpi_runtime_completes(kube, run, settings, capabilities, trainjob_spec):
+    """A TrainJob of 2 nodes on the installed MPI ClusterTrainingRuntime (deepspeed-distributed) completes:
+    on the cluster's KWOK nodes where it has them (simulated: the pods run nothing), elsewhere with the
+    runtime's own image and command.
+
+    Where pods run for real, Trainer's MPI plugin also runs real ranks: the allreduce workload (delivered
+    by ConfigMap through a runtime patch) on 2 nodes, the launcher being one of them (runLauncherAsNode),
+    with the SSH Secret, hostfile and Open MPI environment Trainer makes; the program's own check must pass
+    on both ranks (the hostfile's 2 hosts of 1 slot each: one rank per pod). That run's runtime is a
+    TrainingRuntime copy of the ClusterTrainingRuntime whose only change is settings.images["OpenMPI"] for
+    its images (see _runtime_copy): the ClusterTrainingRuntime object itself is only exercised by the first
+    run."""
     ns = run.namespace()
-    kube.create(TRAINJOB, jobs.trainjob(jobs.TrainJobSpec(name="ds", namespace=ns, num_nodes=2)))
+    plain = trainjob_spec("ds", ns, num_nodes=2)
+    kube.create(TRAINJOB, jobs.trainjob(plain))
     seen = condition_times(kube, TRAINJOB, "ds", ns, until=("Complete", "Failed"), timeout=180)
     assert "Complete" in seen and "Failed" not in seen, seen
+    if not capabilities.pod_network:
+        return
+    kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
+    image = settings.images["OpenMPI"]
+    _runtime_copy(kube, plain.runtime, ns, image)
+    name = "mpi"
+    spec = trainjob_spec(name, ns, real=True, num_nodes=2, runtime=plain.runtime, runtime_kind="TrainingRuntime",
+                         image=image, workload="allreduce")
+    start = time.monotonic()
+    kube.create(TRAINJOB, jobs.trainjob(spec))
+    seen = condition_times(kube, TRAINJOB, name, ns, until=("Complete", "Failed"), timeout=300, start=start)
+    launchers = kube.core.list_namespaced_pod(
+        ns, label_selector=f"{JOBSET_LABEL}={name},{REPLICATED_JOB_LABEL}=launcher").items
+    launchers.sort(key=lambda p: (p.status.phase == "Succeeded", p.metadata.creation_timestamp))
+    log = kube.core.read_namespaced_pod_log(launchers[-1].metadata.name, ns) if launchers else ""
+    if "Complete" not in seen:
+        raise AssertionError(f"{ns}/{name} did not complete: {seen}\n{diagnose(kube, ns, name)}\n"
+                             f"--- launcher log\n{log[-3000:]}")
+    results.assert_passed(results.parse(log), "allreduce", ranks=2)
+    hostfile = kube.core.read_namespaced_config_map(f"{name}-mpi-hostfile", ns).data["hostfile"].splitlines()
+    assert sorted(hostfile) == [f"{name}-{job}-0-0.{name} slots=1" for job in sorted(jobs.TRAINER_MPI_JOBS)]
+    restarts = sum(cs.restart_count for p in launchers for cs in (p.status.container_statuses or []))
+    waited = re.search(r"^mpiplat: waited (\d+)s for \S+ to resolve$", log, re.MULTILINE)
+    run.record("JOB-04", "real TrainJob (2 nodes, Open MPI) submit -> Complete", seen["Complete"], "s")
+    run.record("JOB-04", "real TrainJob launcher wait for its own DNS name", int(waited[1]) if waited else 0, "s")
+    run.record("JOB-04", "real TrainJob launcher restarts", restarts)
 
 
 @pytest.mark.requirement("JOB-05")
-def test_worker_counts_and_slots_are_honoured(kube, run, settings):
+def test_worker_counts_and_slots_are_honoured(kube, run, settings, mpijob_spec):
     ns = run.namespace()
     lo, hi = int(settings.thresholds["min_workers"]), int(settings.thresholds["max_workers"])
     for workers in sorted({lo, min(hi, 5)}):
         name = f"w{workers}"
-        kube.create(MPIJOB, jobs.mpijob(_spec(settings, name, ns, workers=workers, slots_per_worker=3,
-                                              launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
+        kube.create(MPIJOB, jobs.mpijob(mpijob_spec(name, ns, workers=workers, slots_per_worker=3,
+                                                    launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
         pods = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker", all_running(workers), timeout=120)
         assert len(pods) == workers
         hostfile = kube.core.read_namespaced_config_map(f"{name}-config", ns).data["hostfile"].splitlines()
@@ -79,14 +150,14 @@ def test_worker_counts_and_slots_are_honoured(kube, run, settings):
 
 
 @pytest.mark.requirement("JOB-06")
-def test_submit_latency_and_time_to_running(kube, run, settings):
+def test_submit_latency_and_time_to_running(kube, run, settings, mpijob_spec):
     ns = run.namespace()
     created, running = [], []
     for i in range(10):
         name = f"lat{i}"
         start = time.monotonic()
-        submit(kube, MPIJOB, jobs.mpijob(_spec(settings, name, ns, workers=2,
-                                               launcher_annotations={jobs.COMPLETE_AFTER: "30s"})))
+        submit(kube, MPIJOB, jobs.mpijob(mpijob_spec(name, ns, workers=2,
+                                                     launcher_annotations={jobs.COMPLETE_AFTER: "30s"})))
         seen = condition_times(kube, MPIJOB, name, ns, until=("Created",), timeout=60, start=start)
         created.append(seen["Created"])
         wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker", all_running(2), timeout=120)
@@ -103,10 +174,10 @@ def test_submit_latency_and_time_to_running(kube, run, settings):
 
 
 @pytest.mark.requirement("JOB-07")
-def test_deleting_a_job_removes_everything_it_created(kube, run, settings):
+def test_deleting_a_job_removes_everything_it_created(kube, run, mpijob_spec):
     ns = run.namespace()
-    kube.create(MPIJOB, jobs.mpijob(_spec(settings, "gone", ns, workers=2,
-                                          launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
+    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("gone", ns, workers=2,
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
     wait_pods(kube, ns, f"{JOB_LABEL}=gone", all_running(3), timeout=120)  # 2 workers + launcher
     reads = {
         "launcher Job": lambda: kube.batch.read_namespaced_job("gone-launcher", ns),
@@ -133,11 +204,11 @@ def test_deleting_a_job_removes_everything_it_created(kube, run, settings):
 
 
 @pytest.mark.requirement("JOB-08")
-def test_ssh_key_material_is_unique_per_job(kube, run, settings):
+def test_ssh_key_material_is_unique_per_job(kube, run, mpijob_spec):
     ns = run.namespace()
     for name in ("a", "b"):
-        kube.create(MPIJOB, jobs.mpijob(_spec(settings, f"key-{name}", ns, workers=2,
-                                              launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
+        kube.create(MPIJOB, jobs.mpijob(mpijob_spec(f"key-{name}", ns, workers=2,
+                                                    launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
     keys = {}
     deadline = time.monotonic() + 60
     while len(keys) < 2 and time.monotonic() < deadline:
@@ -152,10 +223,10 @@ def test_ssh_key_material_is_unique_per_job(kube, run, settings):
 
 
 @pytest.mark.requirement("JOB-09")
-def test_suspended_job_has_no_pods_and_resumes_to_completion(kube, run, settings):
+def test_suspended_job_has_no_pods_and_resumes_to_completion(kube, run, mpijob_spec):
     ns = run.namespace()
-    kube.create(MPIJOB, jobs.mpijob(_spec(settings, "later", ns, workers=2, suspend=True,
-                                          launcher_annotations={jobs.COMPLETE_AFTER: "3s"})))
+    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("later", ns, workers=2, suspend=True,
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "3s"})))
     condition_times(kube, MPIJOB, "later", ns, until=("Suspended",), timeout=60)
     time.sleep(3)  # give the operator time to (wrongly) create pods
     assert kube.core.list_namespaced_pod(ns).items == []
@@ -166,7 +237,7 @@ def test_suspended_job_has_no_pods_and_resumes_to_completion(kube, run, settings
 
 
 @pytest.mark.requirement("JOB-10", needs=["pod_network"])
-def test_checkpoint_on_a_shared_pvc_is_read_back_by_a_second_job(kube, run, settings):
+def test_checkpoint_on_a_shared_pvc_is_read_back_by_a_second_job(kube, run, settings, mpijob_spec):
     """checkpoint.py writes each rank's state to one PVC mounted by every worker (each rank must
     see every rank's file); a second job reads it back and verifies every byte."""
     ns = run.namespace()
@@ -178,9 +249,65 @@ def test_checkpoint_on_a_shared_pvc_is_read_back_by_a_second_job(kube, run, sett
                  **({"storageClassName": storage["storage_class"]} if storage.get("storage_class") else {})}})
     found = {}
     for mode in ("write", "read"):
-        spec = _spec(settings, f"ckpt-{mode}", ns, workers=2, slots_per_worker=2, workload="checkpoint",
-                     workload_args=[mode, "--dir", "/data", "--step", "1"], pvc="ckpt", pvc_mount_path="/data")
+        spec = mpijob_spec(f"ckpt-{mode}", ns, real=True, workers=2, slots_per_worker=2, workload="checkpoint",
+                           workload_args=[mode, "--dir", "/data", "--step", "1"], pvc="ckpt", pvc_mount_path="/data")
         [found[mode]] = run_workload_job(kube, jobs.mpijob(spec), "checkpoint", ranks=4, timeout=600)
     assert found["write"]["files_seen"] == 4, found["write"]
+    assert found["write"]["hosts"] == 2, found["write"]  # both workers wrote to the one volume
     assert found["read"]["errors"] == [], found["read"]
     run.record("JOB-10", "hosts that shared the checkpoint volume", found["write"]["hosts"])
+
+
+NON_ROOT_UID = 1000
+NON_ROOT_SSH = "/home/mpiuser/.ssh"  # the MPI user's ~/.ssh: where its ssh client and its sshd look
+
+
+def _seconds(later, earlier) -> float:
+    return (later - earlier).total_seconds()
+
+
+@pytest.mark.requirement("JOB-11", needs=["pod_network"])
+@pytest.mark.parametrize("implementation", ["OpenMPI", "Intel"])
+def test_non_root_mpijob_runs_every_rank_as_uid_1000_on_its_own_worker(kube, run, mpijob_spec, implementation):
+    """A real MPIJob of 2 workers whose launcher and workers run as uid 1000 (runAsUser, runAsNonRoot) with
+    the job's SSH keys at sshAuthMountPath /home/mpiuser/.ssh succeeds, and shows from inside that it ran
+    as that user: whoami.py's 2 ranks report uid 1000 (real and effective), one on each worker pod. It fails
+    when a rank runs as another user, when the ranks do not span the workers, or when SSH does not work for
+    the non-root user (keys where its ssh or its sshd do not look: the workers' sshd exits, or mpirun cannot
+    log in)."""
+    ns = run.namespace()
+    kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
+    name = "nonroot"
+    spec = mpijob_spec(name, ns, real=True, implementation=implementation, workers=2, run_as_user=NON_ROOT_UID,
+                       ssh_auth_mount_path=NON_ROOT_SSH, workload="whoami",
+                       workload_args=["--expect-uid", str(NON_ROOT_UID), "--min-hosts", "2"],
+                       launcher_restart_policy="Never")  # a failed launcher keeps its log for the report
+    start = time.monotonic()
+    kube.create(MPIJOB, jobs.mpijob(spec))
+    running = all_running(2)
+    try:  # until both workers run, or one has failed (e.g. its non-root sshd found no host key)
+        workers = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker",
+                            lambda pods: running(pods) or any(p.status.phase == "Failed" for p in pods), timeout=120)
+    except TimeoutError as err:
+        raise AssertionError(f"{ns}/{name}: the workers did not run: {err}\n{diagnose(kube, ns, name)}") from err
+    to_running = time.monotonic() - start
+    if not running(workers):
+        logs = "\n".join(f"--- {p.metadata.name}\n{kube.core.read_namespaced_pod_log(p.metadata.name, ns)[-1000:]}"
+                         for p in workers if p.status.phase == "Failed")
+        raise AssertionError(f"{ns}/{name}: a worker failed: {diagnose(kube, ns, name)}\n{logs}")
+    [found], seen = wait_workload_job(kube, name, ns, "whoami", ranks=2, timeout=300, start=start)
+    assert found["uids"] == found["euids"] == [NON_ROOT_UID] * 2, found
+    assert sorted(found["hosts"]) == sorted(p.metadata.name for p in workers), found
+    launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name},{ROLE_LABEL}=launcher").items
+    for pod in [*workers, *launchers]:
+        [container] = pod.spec.containers
+        assert (container.security_context.run_as_user, container.security_context.run_as_non_root) == \
+            (NON_ROOT_UID, True), pod.metadata.name
+        assert NON_ROOT_SSH in {m.mount_path for m in container.volume_mounts or []}, pod.metadata.name
+    created_to_running = max(_seconds(p.status.container_statuses[0].state.running.started_at,
+                                      p.metadata.creation_timestamp) for p in workers)
+    run.record("JOB-11", f"{implementation}: worker pod created -> container running (slowest of 2)",
+               created_to_running, "s")
+    run.record("JOB-11", f"{implementation}: submit -> both workers Running", to_running, "s")
+    run.record("JOB-11", f"{implementation}: submit -> Succeeded (2 workers, uid {NON_ROOT_UID})",
+               seen["Succeeded"], "s")

@@ -15,8 +15,8 @@ NEEDS = ["gpus", "pod_network"]
 class Sweep:
     """Runs each benchmark job once per shape and remembers the results for all PERF tests."""
 
-    def __init__(self, kube, run, settings):
-        self.kube, self.run, self.settings = kube, run, settings
+    def __init__(self, kube, run, settings, mpijob_spec):
+        self.kube, self.run, self.settings, self.mpijob_spec = kube, run, settings, mpijob_spec
         self.cfg = settings.gpu_benchmark
         self.cache: dict[tuple, dict] = {}
         self.ns = None
@@ -33,13 +33,11 @@ class Sweep:
                 self.kube.core.create_namespaced_config_map(self.ns, workloads.configmap(self.ns))
             args = ([bench, "--max-size", str(self.cfg["allreduce_max_bytes"])] if bench == "allreduce" else
                     [bench, "--steps", str(self.cfg["ddp_steps"]), "--batch", str(self.cfg["ddp_batch"])])
-            spec = jobs.MPIJobSpec(
-                name=f"{bench}-{nodes}x{gpus_per_node}", namespace=self.ns, workers=nodes,
-                slots_per_worker=gpus_per_node, gpus_per_worker=gpus_per_node,
-                gpu_resource=self.settings.gpu_resource, image=image,
+            spec = self.mpijob_spec(
+                f"{bench}-{nodes}x{gpus_per_node}", self.ns, real=True, workers=nodes,
+                slots_per_worker=gpus_per_node, gpus_per_worker=gpus_per_node, image=image,
                 workload="torchbench", workload_args=args, cpu=self.cfg["worker_cpu"],
-                memory=self.cfg["worker_memory"], node_selector=dict(self.settings.node_selector),
-                tolerations=list(self.settings.tolerations))
+                memory=self.cfg["worker_memory"])
             self.cache[key] = run_workload_job(self.kube, jobs.mpijob(spec), "torchbench", nodes * gpus_per_node,
                                                timeout=self.cfg["job_timeout_s"])
         return self.cache[key]
@@ -50,8 +48,8 @@ class Sweep:
 
 
 @pytest.fixture(scope="module")
-def sweep(kube, run, settings) -> Sweep:
-    return Sweep(kube, run, settings)  # lazy: nothing runs until a test (not skipped) asks
+def sweep(kube, run, settings, mpijob_spec) -> Sweep:
+    return Sweep(kube, run, settings, mpijob_spec)  # lazy: nothing runs until a test (not skipped) asks
 
 
 @pytest.mark.requirement("PERF-01", needs=NEEDS)

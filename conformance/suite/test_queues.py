@@ -20,11 +20,8 @@ def _team(settings, i: int = 0):
     return settings.teams[i]
 
 
-def _job(settings, name: str, ns: str, workers: int, **kw) -> dict:
-    return jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, workers=workers, gpus_per_worker=1,
-                                       gpu_resource=settings.gpu_resource, queue="lq",
-                                       image=settings.images["OpenMPI"], node_selector=dict(settings.node_selector),
-                                       tolerations=list(settings.tolerations), **kw))
+def _job(mpijob_spec, name: str, ns: str, workers: int, **kw) -> dict:
+    return jobs.mpijob(mpijob_spec(name, ns, workers=workers, gpus_per_worker=1, queue="lq", **kw))
 
 
 def _workload(kube, ns: str, job: str, timeout: float = 30) -> dict:
@@ -52,13 +49,11 @@ def _kueue_suspends(kube, kind, manifest: dict) -> bool:
 
 @pytest.mark.read_only
 @pytest.mark.requirement("INS-03")
-def test_kueue_integrations_and_every_team_queue_active(kube, settings):
+def test_kueue_integrations_and_every_team_queue_active(kube, settings, mpijob_spec, trainjob_spec):
     # Kueue manages a framework when its webhook suspends that framework's queued jobs until admission.
     ns = "default"
-    probes = {"kubeflow.org/mpijob": (MPIJOB, jobs.mpijob(jobs.MPIJobSpec(
-                  name="ins03-probe", namespace=ns, queue="lq", image=settings.images["OpenMPI"]))),
-              "trainer.kubeflow.org/trainjob": (TRAINJOB, jobs.trainjob(jobs.TrainJobSpec(
-                  name="ins03-probe", namespace=ns, queue="lq")))}
+    probes = {"kubeflow.org/mpijob": (MPIJOB, jobs.mpijob(mpijob_spec("ins03-probe", ns, queue="lq"))),
+              "trainer.kubeflow.org/trainjob": (TRAINJOB, jobs.trainjob(trainjob_spec("ins03-probe", ns, queue="lq")))}
     unmanaged = []
     for framework, (kind, manifest) in probes.items():
         try:
@@ -80,16 +75,16 @@ def test_kueue_integrations_and_every_team_queue_active(kube, settings):
 
 
 @pytest.mark.requirement("SCH-01")
-def test_gang_two_jobs_that_fit_alone_but_not_together(kube, run, settings):
+def test_gang_two_jobs_that_fit_alone_but_not_together(kube, run, settings, mpijob_spec):
     team = _team(settings)
     cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
     size = cap.available // 2 + 1
     if cap.available < 2 or size > cap.available:
         pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} GPUs available; needs 2 or more idle")
     ns = run.namespace(team)
-    kube.create(MPIJOB, _job(settings, "first", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
+    kube.create(MPIJOB, _job(mpijob_spec, "first", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
     condition_times(kube, MPIJOB, "first", ns, until=("Running",), timeout=120)
-    kube.create(MPIJOB, _job(settings, "second", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "3s"}))
+    kube.create(MPIJOB, _job(mpijob_spec, "second", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "3s"}))
     wl = _workload(kube, ns, "second")
     time.sleep(3)
     wl = kube.get(WORKLOAD, wl["metadata"]["name"], ns)
@@ -99,16 +94,17 @@ def test_gang_two_jobs_that_fit_alone_but_not_together(kube, run, settings):
 
 
 @pytest.mark.requirement("SCH-02")
-def test_queued_job_is_admitted_when_quota_frees(kube, run, settings):
+def test_queued_job_is_admitted_when_quota_frees(kube, run, settings, mpijob_spec):
     team = _team(settings)
     cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
     if cap.available < 3:
         pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} idle GPUs; needs 3 or more")
     ns = run.namespace(team)
     # The hog leaves one GPU free: too few for the next job's 2 workers until the hog finishes.
-    kube.create(MPIJOB, _job(settings, "hog", ns, cap.available - 1, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
+    kube.create(MPIJOB, _job(mpijob_spec, "hog", ns, cap.available - 1,
+                             launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
     condition_times(kube, MPIJOB, "hog", ns, until=("Running",), timeout=120)
-    kube.create(MPIJOB, _job(settings, "next", ns, 2, launcher_annotations={jobs.COMPLETE_AFTER: "2s"}))
+    kube.create(MPIJOB, _job(mpijob_spec, "next", ns, 2, launcher_annotations={jobs.COMPLETE_AFTER: "2s"}))
     wl = _workload(kube, ns, "next")
     assert not has_condition(kube.get(WORKLOAD, wl["metadata"]["name"], ns), "QuotaReserved")
     seen = condition_times(kube, MPIJOB, "next", ns, until=("Succeeded", "Failed"), timeout=180)
@@ -117,28 +113,25 @@ def test_queued_job_is_admitted_when_quota_frees(kube, run, settings):
 
 
 @pytest.mark.requirement("SCH-03")
-def test_cohort_borrowing_between_two_teams(kube, run, settings):
+def test_cohort_borrowing_between_two_teams(kube, run, settings, mpijob_spec):
     team, other = _team(settings, 0), _team(settings, 1)
     cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
     if cap.borrowable < 1 or cap.nominal - cap.reserved < 0:
         pytest.skip(f"{team.cluster_queue} cannot borrow (no cohort with idle GPUs from {other.cluster_queue})")
     ns = run.namespace(team)
     size = cap.nominal - cap.reserved + 1  # one GPU more than its own quota: only borrowing admits it
-    kube.create(MPIJOB, _job(settings, "borrower", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "5s"}))
+    kube.create(MPIJOB, _job(mpijob_spec, "borrower", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "5s"}))
     seen = condition_times(kube, MPIJOB, "borrower", ns, until=("Succeeded", "Failed"), timeout=180)
     assert "Succeeded" in seen, seen
     run.record("SCH-03", "GPUs borrowed from the cohort", size - (cap.nominal - cap.reserved))
 
 
 @pytest.mark.requirement("SCH-05")
-def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, settings):
+def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, settings, mpijob_spec):
     team = _team(settings)
     ns = run.namespace(team)
-    selector = {**settings.node_selector, "mpiplat.io/no-such-node": "true"}  # admitted, never schedulable
-    kube.create(MPIJOB, jobs.mpijob(jobs.MPIJobSpec(
-        name="stuck", namespace=ns, workers=2, gpus_per_worker=1, gpu_resource=settings.gpu_resource, queue="lq",
-        image=settings.images["OpenMPI"],
-        node_selector=selector, tolerations=list(settings.tolerations))))
+    # The settings' selector plus one that no node matches: admitted, never schedulable.
+    kube.create(MPIJOB, _job(mpijob_spec, "stuck", ns, 2, node_selector={"mpiplat.io/no-such-node": "true"}))
     wl = _workload(kube, ns, "stuck")
     name = wl["metadata"]["name"]
     start = time.monotonic()
@@ -154,12 +147,12 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
 
 
 @pytest.mark.requirement("FAIL-04")
-def test_job_larger_than_the_cluster_waits_with_a_clear_message(kube, run, settings, request):
+def test_job_larger_than_the_cluster_waits_with_a_clear_message(kube, run, settings, mpijob_spec, request):
     team = _team(settings)
     cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
     ns = run.namespace(team)
     needs = cap.nominal + cap.borrowable + 8
-    kube.create(MPIJOB, _job(settings, "huge", ns, needs))
+    kube.create(MPIJOB, _job(mpijob_spec, "huge", ns, needs))
     wl = _workload(kube, ns, "huge")
     time.sleep(3)
     assert not has_condition(kube.get(WORKLOAD, wl["metadata"]["name"], ns), "QuotaReserved")

@@ -12,7 +12,7 @@ from mpiplat.kube import MPIJOB, has_condition
 
 
 @pytest.mark.requirement("SCALE-01")
-def test_many_concurrent_mpijobs_across_namespaces_all_complete(kube, run, settings):
+def test_many_concurrent_mpijobs_across_namespaces_all_complete(kube, run, settings, mpijob_spec):
     count, spaces = int(settings.thresholds["scale_jobs"]), int(settings.thresholds["scale_namespaces"])
     namespaces = [run.namespace() for _ in range(spaces)]
     latencies = []
@@ -20,9 +20,8 @@ def test_many_concurrent_mpijobs_across_namespaces_all_complete(kube, run, setti
     names = []
     for i in range(count):
         ns = namespaces[i % spaces]
-        _, latency = submit(kube, MPIJOB, jobs.mpijob(jobs.MPIJobSpec(
-            name=f"s{i}", namespace=ns, workers=2, image=settings.images["OpenMPI"],
-            launcher_annotations={jobs.COMPLETE_AFTER: "5s"})))
+        _, latency = submit(kube, MPIJOB, jobs.mpijob(mpijob_spec(
+            f"s{i}", ns, workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "5s"})))
         latencies.append(latency)
         names.append((ns, f"s{i}"))
     for ns, name in names:
@@ -38,13 +37,12 @@ def test_many_concurrent_mpijobs_across_namespaces_all_complete(kube, run, setti
 
 
 @pytest.mark.requirement("SCALE-02")
-def test_one_hundred_worker_mpijob_runs(kube, run, settings):
+def test_one_hundred_worker_mpijob_runs(kube, run, settings, mpijob_spec):
     workers = int(settings.thresholds["scale_workers"])
     ns = run.namespace()
     start = time.monotonic()
-    kube.create(MPIJOB, jobs.mpijob(jobs.MPIJobSpec(name="big", namespace=ns, workers=workers, cpu="10m",
-                                                    memory="16Mi", image=settings.images["OpenMPI"],
-                                                    launcher_annotations={jobs.COMPLETE_AFTER: "10s"})))
+    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("big", ns, workers=workers, cpu="10m", memory="16Mi",
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "10s"})))
     wait_pods(kube, ns, f"{JOB_LABEL}=big,{ROLE_LABEL}=worker", all_running(workers), timeout=300)
     to_running = time.monotonic() - start
     hostfile = kube.core.read_namespaced_config_map("big-config", ns).data["hostfile"].splitlines()

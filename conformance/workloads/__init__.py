@@ -1,6 +1,6 @@
 """Workload programs (standalone MPI scripts), their result-line parser and local MPI venvs.
 
-The programs (allreduce.py, pingpong.py, pi.py, checkpoint.py; torchbench.py for GPUs) are run as scripts
+The programs (allreduce.py, pingpong.py, pi.py, checkpoint.py, whoami.py; torchbench.py for GPUs) are run as scripts
 under mpiexec and are shipped alone (e.g. by ConfigMap) into MPI images; results.py parses
 what they print; mpienv.py prepares local Open MPI, MPICH and Intel MPI venvs (and an Open
 MPI + torch one) to run them.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpiplat.jobs import WORKLOADS_CONFIGMAP
 
-PROGRAMS: tuple[str, ...] = ("allreduce", "pingpong", "pi", "checkpoint", "torchbench")
+PROGRAMS: tuple[str, ...] = ("allreduce", "pingpong", "pi", "checkpoint", "torchbench", "whoami")
 
 
 def program_path(name: str) -> Path:

@@ -13,6 +13,12 @@ short human line. Exits 1 on every rank if any rank saw a wrong element.
 ``--inject-wrong-rank R`` (or MPIPLAT_INJECT_WRONG_RANK=R) makes rank R add 1 to the first
 element of its contribution, to prove the check fails.
 
+``--kill-rank R`` makes rank R kill itself with SIGKILL (exit 137, as when the kernel's OOM killer
+takes a rank) ``--kill-after`` seconds (default 3) after every rank has started, while the others wait
+in a collective: mpiexec then aborts the job and names the rank, its host and the signal. Rank R
+first prints ``allreduce: rank R on HOST kills itself with SIGKILL`` (stdout, flushed), so whoever
+reads the job's output sees the moment of death.
+
 Standalone on purpose (shipped into MPI images): imports only mpi4py, numpy and the stdlib.
 """
 
@@ -21,7 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import socket
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -51,6 +60,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=5, help="timed Allreduce calls per case (default: 5)")
     parser.add_argument("--inject-wrong-rank", type=int, default=int(env_inject) if env_inject else None,
                         metavar="R", help="rank R contributes a wrong value (proves the check fails)")
+    parser.add_argument("--kill-rank", type=int, metavar="R",
+                        help="rank R kills itself with SIGKILL while the job runs (a rank's death must fail the job)")
+    parser.add_argument("--kill-after", type=float, default=3.0, metavar="S",
+                        help="seconds after every rank started until --kill-rank strikes (default: 3)")
     args = parser.parse_args(argv)
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     for name in args.dtypes:
@@ -58,6 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--dtypes: {name!r} not one of float64, float32, int64, int32")
     if args.iterations < 1:
         parser.error("--iterations must be >= 1")
+    if args.kill_after < 0:
+        parser.error("--kill-after must be >= 0")
     return args
 
 
@@ -78,6 +93,16 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"allreduce: --inject-wrong-rank {inject} is not a rank of this {size}-rank job", file=sys.stderr)
         return 2
+    if args.kill_rank is not None:
+        if not 0 <= args.kill_rank < size:
+            if rank == 0:
+                print(f"allreduce: --kill-rank {args.kill_rank} is not a rank of this {size}-rank job", file=sys.stderr)
+            return 2
+        comm.Barrier()  # every rank is up: the job is running when the rank dies
+        if rank == args.kill_rank:
+            time.sleep(args.kill_after)
+            print(f"allreduce: rank {rank} on {socket.gethostname()} kills itself with SIGKILL", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
     library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0]
     all_ok = True
     for dtype in args.dtypes:

@@ -9,6 +9,7 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
+from mpiplat.conformance.placement import placement
 from mpiplat.kube import (
     CLUSTERQUEUE,
     LOCALQUEUE,
@@ -21,6 +22,12 @@ from mpiplat.kube import (
 )
 
 pytestmark = pytest.mark.cluster
+
+
+def _simulated():
+    """Placement on the KWOK nodes: these jobs rely on the simulated pod lifecycle (localcluster/stages.yaml)
+    or on GPUs, which only the KWOK nodes have (the real node, where there is one, gets the rest)."""
+    return placement(real=False, kwok_nodes=True)
 
 
 def _pods(kube: Kube, namespace: str, selector: str = "") -> list:
@@ -42,7 +49,7 @@ def _wait_gone(fn, timeout: float) -> None:
 
 def test_openmpi_mpijob_lifecycle_hostfile_and_ssh_secret(kube, namespace):
     spec = jobs.MPIJobSpec(name="pi", namespace=namespace, workers=2,
-                           launcher_annotations={jobs.COMPLETE_AFTER: "4s"})
+                           launcher_annotations={jobs.COMPLETE_AFTER: "4s"}, **_simulated())
     kube.create(MPIJOB, jobs.mpijob(spec))
     seen: list[str] = []
 
@@ -66,7 +73,8 @@ def test_openmpi_mpijob_lifecycle_hostfile_and_ssh_secret(kube, namespace):
 
 
 def test_trainjob_on_mpi_runtime_completes_through_trainer_and_jobset(kube, namespace):
-    kube.create(TRAINJOB, jobs.trainjob(jobs.TrainJobSpec(name="ds", namespace=namespace, num_nodes=2)))
+    kube.create(TRAINJOB, jobs.trainjob(jobs.TrainJobSpec(name="ds", namespace=namespace, num_nodes=2,
+                                                          **_simulated())))
     done = kube.wait_for(TRAINJOB, "ds", namespace,
                          lambda o: has_condition(o, "Complete") or has_condition(o, "Failed"),
                          timeout=120, what="Complete")
@@ -95,7 +103,8 @@ def test_kueue_keeps_job_suspended_without_pods_until_admitted(kube, namespace):
         kube.create(LOCALQUEUE, {"apiVersion": LOCALQUEUE.api_version, "kind": "LocalQueue",
                                  "metadata": {"name": "lq", "namespace": namespace},
                                  "spec": {"clusterQueue": cq}})
-        spec = jobs.MPIJobSpec(name="queued", namespace=namespace, workers=2, gpus_per_worker=1, queue="lq")
+        spec = jobs.MPIJobSpec(name="queued", namespace=namespace, workers=2, gpus_per_worker=1, queue="lq",
+                               **_simulated())
         created = kube.create(MPIJOB, jobs.mpijob(spec))
         assert created["spec"]["runPolicy"]["suspend"] is True  # set by kueue's webhook
 
@@ -129,7 +138,8 @@ def test_failure_injection_sets_reason_and_exit_code(kube, namespace):
         name="oom", namespace=namespace, workers=2,
         launcher_annotations={jobs.COMPLETE_AFTER: "60s"},
         worker_labels={jobs.FAIL_LABEL: "true"},
-        worker_annotations={jobs.FAIL_REASON: "OOMKilled", jobs.FAIL_EXIT_CODE: "137", jobs.FAIL_DELAY: "1s"})
+        worker_annotations={jobs.FAIL_REASON: "OOMKilled", jobs.FAIL_EXIT_CODE: "137", jobs.FAIL_DELAY: "1s"},
+        **_simulated())
     kube.create(MPIJOB, jobs.mpijob(spec))
     selector = "training.kubeflow.org/job-name=oom,training.kubeflow.org/job-role=worker"
     w = watch.Watch()

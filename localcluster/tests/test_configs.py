@@ -4,6 +4,7 @@ place, each domain error's first line says what to do, progress shows on long wo
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -13,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpiplat import cli
+from mpiplat import cli, jobs
 from mpiplat.conformance import settings
-from mpiplat.localcluster import build, configs, lifecycle, nodes, processes
+from mpiplat.localcluster import build, configs, lifecycle, nodes, processes, realnode
 from mpiplat.localcluster.build import BuildError
 from mpiplat.localcluster.progress import progress
 from mpiplat.localcluster.state import ClusterError
@@ -131,17 +132,43 @@ def test_local_conformance_settings_agree_with_the_local_inventory(tmp_path):
     assert written.thresholds["pods_ready_timeout_s"] == 30 + 30  # the 30s timeout + margin
     assert (written.thresholds["min_workers"], written.thresholds["max_workers"]) == \
         (LOCAL["guardrails_min_workers"], LOCAL["guardrails_max_workers"])
+    # The jobs' images: the local ones for every MPI implementation (the real node pulls from no registry).
+    assert local.images == written.images, "conformance/settings/local.yml images disagree with inventories/local"
+    assert LOCAL["mpiplat_conformance_images"] == {impl: f"mpiplat.local/{impl.lower()}:1"
+                                                   for impl in ("OpenMPI", "Intel", "MPICH")}
+    assert {impl: local.images[impl] for impl in LOCAL["mpiplat_conformance_images"]} == \
+        LOCAL["mpiplat_conformance_images"]
+    # JOB-10's checkpoint volume: the real node's StorageClass, ReadWriteOnce (every worker is on that node).
+    assert local.storage == written.storage, "conformance/settings/local.yml storage disagrees with inventories/local"
+    assert local.storage == {"storage_class": realnode.STORAGE_CLASS, "access_mode": "ReadWriteOnce", "size": "1Gi"}
 
 
 def test_the_settings_template_falls_back_to_the_role_defaults(tmp_path):
     """An inventory that sets none of them gets the roles' defaults (read from the roles' files)."""
     text = _ansible_template(tmp_path, REPO / "playbooks/templates/conformance-settings.yml.j2",
-                             "-e", "kueue_wait_for_pods_ready_timeout=10m", "-e", "guardrails_max_workers=64")
+                             "-e", "kueue_wait_for_pods_ready_timeout=10m", "-e", "guardrails_max_workers=64",
+                             "-e", json.dumps({"mpiplat_conformance_images": {}, "mpiplat_conformance_storage": {}}))
+    assert "images" not in yaml.safe_load(text)  # none set: the suite uses the pinned MPI base images
+    assert "storage" not in yaml.safe_load(text)  # none set: the schema's defaults (the default class, RWX)
     thresholds = yaml.safe_load(text)["thresholds"]
     guardrails = yaml.safe_load((REPO / "roles/guardrails/defaults/main.yml").read_text())
     assert thresholds == {"pods_ready_timeout_s": 630, "min_workers": LOCAL["guardrails_min_workers"],
                           "max_workers": 64}
     assert guardrails["guardrails_min_workers"] == LOCAL["guardrails_min_workers"]
+
+
+def test_the_local_gpu_flavor_tolerates_the_kwok_taint(tmp_path):
+    """The local inventory's ResourceFlavor is the tenancy role's default one plus the toleration of the
+    KWOK nodes' taint (there while the local cluster has a real node), which Kueue puts on admitted pods."""
+    role = yaml.safe_load((REPO / "roles/tenancy/defaults/main.yml").read_text())["tenancy_flavors"]
+    [flavor] = LOCAL["tenancy_flavors"]
+    assert {k: v for k, v in flavor.items() if k != "tolerations"} == role[0]
+    assert flavor["tolerations"] == [jobs.KWOK_TOLERATION]
+    rendered = yaml.safe_load(_ansible_template(tmp_path, REPO / "roles/tenancy/templates/resourceflavor.yml.j2",
+                                                "-e", f"@{REPO / 'roles/tenancy/defaults/main.yml'}",
+                                                "-e", json.dumps({"__tenancy_flavor": flavor})))
+    assert rendered["kind"] == "ResourceFlavor" and rendered["metadata"]["name"] == "gpu-h100"
+    assert rendered["spec"] == {"nodeLabels": role[0]["node_labels"], "tolerations": [jobs.KWOK_TOLERATION]}
 
 
 # ---------------------------------------------------------------- errors: the first line says what to do

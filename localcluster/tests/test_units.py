@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import yaml
 
 from mpiplat import jobs, versions
 from mpiplat.conformance import workloads
-from mpiplat.localcluster import build, cluster, nodes, processes
+from mpiplat.localcluster import build, cluster, nodes, processes, realnode
 
 
 def test_versions_file_pins_every_component():
@@ -112,7 +115,7 @@ def test_workload_jobs_mount_the_programs_and_run_them_under_mpirun():
         assert pod["volumes"] == [{"name": "workloads", "configMap": {"name": jobs.WORKLOADS_CONFIGMAP}}]
         assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/opt/mpiplat"
     cm = workloads.configmap("ns")
-    assert set(cm["data"]) == {"allreduce.py", "pingpong.py", "pi.py", "checkpoint.py", "torchbench.py"}
+    assert set(cm["data"]) == {"allreduce.py", "pingpong.py", "pi.py", "checkpoint.py", "torchbench.py", "whoami.py"}
     assert "MPIPLAT_RESULT" in cm["data"]["allreduce.py"]
     with pytest.raises(jobs.JobSpecError, match="workload 'no/pe' is invalid; allowed: a program name"):
         jobs.mpijob(jobs.MPIJobSpec(name="x", workload="no/pe"))
@@ -155,3 +158,9 @@ def test_only_the_default_instance_runs_the_controllers(monkeypatch):
     monkeypatch.setenv("MPIPLAT_CLUSTER", "helm")
     with pytest.raises(cluster.ClusterError, match="start this one with --bare"):
         cluster.up()
+
+
+def test_ci_installs_every_debian_package_the_real_node_needs():
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    debs = set(re.search(r"^debs=\(([^)]*)\)", ci, re.M).group(1).split())
+    assert set(realnode.DEBIAN.values()) <= debs

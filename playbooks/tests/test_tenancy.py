@@ -21,6 +21,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
+from mpiplat.conformance.placement import placement, pod_spec
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, RESOURCEFLAVOR, has_condition, label_selector
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,15 +221,17 @@ def _wait_for_pods(kube, namespace: str, want, timeout: float = 120) -> set[str]
 
 
 def _mpijob_and_bystander(kube, name: str):
-    """A running MPIJob (2 workers, 1 GPU each, through the team's LocalQueue) and a plain pod."""
+    """A running MPIJob (2 workers, 1 GPU each, through the team's LocalQueue) and a plain pod, both on
+    the KWOK nodes (simulated: the job's GPUs, the pods' images)."""
+    simulated = placement(real=False, kwok_nodes=True)
     spec = jobs.MPIJobSpec(name=name, namespace=ALPHA, workers=2, gpus_per_worker=1, queue=f"{ALPHA}-queue",
-                           launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
+                           launcher_annotations={jobs.COMPLETE_AFTER: "60s"}, **simulated)
     kube.create(MPIJOB, jobs.mpijob(spec))
-    kube.core.create_namespaced_pod(ALPHA, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="tn-bystander", labels={"app": "notebook"}),
-        spec=client.V1PodSpec(automount_service_account_token=False, containers=[client.V1Container(
-            name="c", image="busybox", command=["sleep", "3600"],
-            security_context=client.V1SecurityContext(run_as_user=1000, run_as_non_root=True))])))
+    kube.core.create_namespaced_pod(ALPHA, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tn-bystander", "labels": {"app": "notebook"}},
+        "spec": {"automountServiceAccountToken": False, **pod_spec(simulated), "containers": [{
+            "name": "c", "image": "busybox", "command": ["sleep", "3600"],
+            "securityContext": {"runAsUser": 1000, "runAsNonRoot": True}}]}})
 
 
 def test_network_policies_select_exactly_the_intended_pods_of_a_running_mpijob(kube, tenancy):

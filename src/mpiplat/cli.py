@@ -51,11 +51,21 @@ def _cluster_build(args) -> int:
     return 0
 
 
+def _cluster_images(args) -> int:
+    from mpiplat.localcluster.images import build
+
+    results = build(names=args.only, stream=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        _print_json({"images": [{"name": r.name, "image": r.image, "path": str(r.path), "key": r.key,
+                                 "built": r.built, "seconds": r.seconds, "bytes": r.size} for r in results]})
+    return 0
+
+
 def _cluster(args) -> int:
     from mpiplat.localcluster import cluster
 
     if args.action == "up":
-        cluster.up(node_pools=args.node_pools, bare=args.bare)
+        cluster.up(node_pools=args.node_pools, bare=args.bare, real_node=not args.no_real_node)
     elif args.action == "down":
         cluster.down()
     elif args.action == "status":
@@ -172,10 +182,18 @@ def parser() -> argparse.ArgumentParser:
                    help="build only this component (repeatable)")
     b.add_argument("--json", action="store_true", help="print what was built as JSON")
     b.set_defaults(func=_cluster_build)
+    im = csub.add_parser("images", help="build the local container images (pause, MPI bases) into the cache")
+    im.add_argument("--only", action="append", metavar="NAME",
+                    help="build only this image: pause, openmpi, mpich or intel (repeatable)")
+    im.add_argument("--json", action="store_true", help="print the images (cache paths, built or cached) as JSON")
+    im.set_defaults(func=_cluster_images)
     u = csub.add_parser("up", help="start the cluster (idempotent)")
     u.add_argument("--node-pools", metavar="FILE", help="node-pool spec (default: the packaged nodepools.yml)")
     u.add_argument("--bare", action="store_true",
-                   help="control plane and nodes only: no upstream CRDs or controllers (for Helm installs)")
+                   help="control plane and nodes only: no upstream CRDs or controllers, no real node "
+                        "(for Helm installs)")
+    u.add_argument("--no-real-node", action="store_true",
+                   help="KWOK nodes only: no real node real-0 (no pods run for real)")
     u.set_defaults(func=_cluster)
     csub.add_parser("down", help="stop everything and remove the cluster (idempotent)").set_defaults(
         func=_cluster)

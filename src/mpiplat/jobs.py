@@ -26,6 +26,11 @@ FAIL_LABEL = "mpiplat.io/inject-failure"  # label "true": the pod's container fa
 FAIL_REASON = "mpiplat.io/failure-reason"  # annotation, e.g. OOMKilled
 FAIL_EXIT_CODE = "mpiplat.io/failure-exit-code"  # annotation, e.g. "137"
 FAIL_DELAY = "mpiplat.io/failure-delay"  # annotation, Go duration
+# Where work that relies on that behaviour goes: the KWOK nodes (label type=kwok). While the local
+# cluster has a real node, they carry KWOK's taint kwok.x-k8s.io/node=fake:NoSchedule, so such pods
+# need both; on a cluster without a real node the KWOK nodes are untainted and the same placement works.
+KWOK_NODE_SELECTOR = {"type": "kwok"}
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 
 IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 
@@ -40,16 +45,18 @@ def _base_images() -> dict[str, str]:
 DEFAULT_IMAGES = _base_images()
 # Per implementation: the command line that starts ranks, and the environment that points it
 # at the operator's hostfile (/etc/mpi/hostfile) and a non-root SSH setup.
+SSH_ARGS = "-o ConnectionAttempts=10 -o ConnectTimeout=10 -o StrictHostKeyChecking=no -p 2222"
 _LAUNCH = {
     "OpenMPI": (["mpirun", "--allow-run-as-root", "-np", "{np}", "--bind-to", "none"],
-                {"OMPI_MCA_orte_keep_fqdn_hostnames": "true", "OMPI_MCA_plm_rsh_args":
-                 "-o ConnectionAttempts=10 -o StrictHostKeyChecking=no -p 2222"}),
+                {"OMPI_MCA_orte_keep_fqdn_hostnames": "true", "OMPI_MCA_plm_rsh_args": SSH_ARGS}),
     "Intel": (["mpirun", "-n", "{np}", "-ppn", "{slots}"],
-              {"I_MPI_HYDRA_HOST_FILE": "/etc/mpi/hostfile", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS":
-               "-o StrictHostKeyChecking=no -p 2222", "I_MPI_DEBUG": "0"}),
+              {"I_MPI_HYDRA_HOST_FILE": "/etc/mpi/hostfile", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": SSH_ARGS,
+               "I_MPI_DEBUG": "0",
+               # Proxies connect back to mpiexec by its pod IP, not by a name DNS may not have yet.
+               "I_MPI_HYDRA_IFACE": "eth0"}),
     "MPICH": (["mpirun", "-n", "{np}", "-ppn", "{slots}"],
-              {"HYDRA_HOST_FILE": "/etc/mpi/hostfile", "HYDRA_LAUNCHER_EXTRA_ARGS":
-               "-o StrictHostKeyChecking=no -p 2222"}),
+              {"HYDRA_HOST_FILE": "/etc/mpi/hostfile", "HYDRA_LAUNCHER_EXTRA_ARGS": SSH_ARGS,
+               "HYDRA_IFACE": "eth0"}),
 }
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Workload programs (e.g. the suite's conformance/workloads/*.py) reach the images through this
@@ -96,6 +103,10 @@ class MPIJobSpec:
     backoff_limit: int = 0
     clean_pod_policy: str = "Running"
     priority_class: str | None = None
+    # The launcher's restartPolicy. "Never" (default): one attempt (backoff_limit 0) whose failed pod and log
+    # stay for the diagnosis. None: the operator's default, OnFailure, with which a failed container restarts
+    # in its pod and the Job controller deletes that pod, and its log, at the backoff limit.
+    launcher_restart_policy: str | None = "Never"
 
 
 def _check(spec: MPIJobSpec) -> None:
@@ -114,6 +125,20 @@ def _check(spec: MPIJobSpec) -> None:
                            "(lower-case letters, digits and '_', starting with a letter)")
     if spec.gpus_per_worker < 0:
         raise JobSpecError(f"gpus_per_worker is {spec.gpus_per_worker}; allowed: an integer >= 0")
+    if spec.launcher_restart_policy not in (None, "Never", "OnFailure"):
+        raise JobSpecError(f"launcher_restart_policy is {spec.launcher_restart_policy!r}; allowed: Never, OnFailure "
+                           "or None (the operator's default)")
+
+
+SSH_PORT = 2222
+
+
+def worker_command(run_as_user: int) -> list[str]:
+    """sshd on port 2222, as the MPI base images expect: as root with the image's sshd_config, else
+    with the non-root config the images put in mpiuser's home (host key = the job's mounted key)."""
+    if run_as_user == 0:
+        return ["/usr/sbin/sshd", "-De", "-p", "2222"]
+    return ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
 
 
 def launcher_command(implementation: str, np: int, slots: int, program: list[str]) -> list[str]:
@@ -153,6 +178,8 @@ def mpijob(spec: MPIJobSpec) -> dict:
     }
     launcher = {
         "replicas": 1,
+        # The operator sets the launcher pod's restartPolicy from the replica spec's (not the pod template's).
+        **({"restartPolicy": spec.launcher_restart_policy} if spec.launcher_restart_policy else {}),
         "template": {
             "metadata": {"labels": {"sidecar.istio.io/inject": "false"},
                          "annotations": dict(spec.launcher_annotations)},
@@ -181,7 +208,9 @@ def mpijob(spec: MPIJobSpec) -> dict:
                 "containers": [{
                     "name": "worker",
                     "image": image,
-                    "command": ["/usr/sbin/sshd", "-De", "-p", "2222"],
+                    "command": worker_command(spec.run_as_user),
+                    # Ready once sshd accepts connections, so WaitForWorkersReady means what it says.
+                    "readinessProbe": {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 1},
                     **({"volumeMounts": mounts} if mounts else {}),
                     "securityContext": security,
                     "resources": {"requests": worker_resources, "limits": limits},
@@ -209,39 +238,112 @@ def mpijob(spec: MPIJobSpec) -> dict:
     }
 
 
+# Trainer v2.3's MPI runtimes (deepspeed-distributed, mlx-distributed): the replicated jobs whose pods run ranks (the
+# launcher is a node too: runLauncherAsNode) and the container in each that Trainer configures (and whose image and
+# command trainer.image/command set, on the launcher only).
+TRAINER_MPI_JOBS = ("node", "launcher")
+TRAINER_CONTAINER = "node"
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+# How long a workload TrainJob's launcher waits for its own DNS name (see trainjob_launcher_command).
+TRAINJOB_DNS_WAIT_S = 120
+
+
 @dataclass
 class TrainJobSpec:
     name: str
     namespace: str = "default"
     runtime: str = "deepspeed-distributed"
+    # ClusterTrainingRuntime, or TrainingRuntime: one in the TrainJob's namespace.
+    runtime_kind: str = "ClusterTrainingRuntime"
     num_nodes: int = 2
     command: list[str] | None = None
     image: str | None = None
+    # A workload program run on every slot of the runtime's hostfile by the launcher's mpirun (Open MPI: the
+    # only MPI of Trainer v2.3's MPI plugin), instead of `command`: WORKLOADS_DIR/<workload>.py from the
+    # WORKLOADS_CONFIGMAP ConfigMap, mounted into the `placed_jobs`' pods by a runtime patch.
+    workload: str | None = None
+    workload_args: list[str] = field(default_factory=list)
     queue: str | None = None
     suspend: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    # Pod placement, put on the pods of the runtime's replicated jobs `placed_jobs` (deepspeed-distributed's
+    # and mlx-distributed's: node and launcher) through a runtime patch; a workload is mounted there too.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict] = field(default_factory=list)
+    placed_jobs: list[str] = field(default_factory=lambda: list(TRAINER_MPI_JOBS))
+
+
+def trainjob_launcher_command(subdomain: str, program: list[str]) -> list[str]:
+    """The launcher's command of a workload TrainJob: Open MPI's mpirun over the hostfile Trainer mounts (the
+    slots and hosts come from Trainer's OMPI_MCA_* environment), once the launcher's own name resolves.
+
+    With runLauncherAsNode the hostfile lists the launcher as `<pod hostname>.<subdomain>` (the subdomain is the
+    TrainJob's name), which resolves only once the headless Service lists the launcher pod, a few seconds after
+    it starts. Until then Open MPI takes that host for a remote one and fails (`ssh: Could not resolve hostname`),
+    and the launcher restarts; so the command waits for the name first (at most TRAINJOB_DNS_WAIT_S seconds,
+    then runs mpirun anyway, which then fails with that message)."""
+    wait = (f'i=0; until getent hosts "$(hostname).$0" >/dev/null; do i=$((i+1)); '
+            f'[ "$i" -ge {TRAINJOB_DNS_WAIT_S} ] && break; sleep 1; done; '
+            '[ "$i" -eq 0 ] || echo "mpiplat: waited ${i}s for $(hostname).$0 to resolve" >&2; exec "$@"')
+    return ["sh", "-c", wait, subdomain, "mpirun", "--allow-run-as-root", "--bind-to", "none", *program]
+
+
+def _runtime_patch(manager: str, job_names: list[str], pod_spec: dict) -> dict:
+    """A TrainJob runtime patch (Trainer v2.3's per-job pod settings) of the pod templates of `job_names`."""
+    return {"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in job_names]}}}}
 
 
 def trainjob(spec: TrainJobSpec) -> dict:
-    """A TrainJob (trainer.kubeflow.org/v1alpha1) on a ClusterTrainingRuntime."""
+    """A TrainJob (trainer.kubeflow.org/v1alpha1) on a ClusterTrainingRuntime (or a TrainingRuntime)."""
     if not NAME_RE.match(spec.name):
         raise JobSpecError(f"name {spec.name!r} is invalid; allowed: a DNS-1035 label")
     if not isinstance(spec.num_nodes, int) or spec.num_nodes < 1:
         raise JobSpecError(f"num_nodes is {spec.num_nodes!r}; allowed: an integer >= 1")
+    if spec.runtime_kind not in RUNTIME_KINDS:
+        raise JobSpecError(f"runtime_kind {spec.runtime_kind!r} is unknown; allowed: {', '.join(RUNTIME_KINDS)}")
+    if spec.workload is not None and not WORKLOAD_RE.match(spec.workload):
+        raise JobSpecError(f"workload {spec.workload!r} is invalid; allowed: a program name "
+                           "(lower-case letters, digits and '_', starting with a letter)")
+    if spec.workload and spec.command:
+        raise JobSpecError(f"command {spec.command!r} and workload {spec.workload!r} are both set; allowed: one "
+                           "of them (a workload's command is the launcher's mpirun)")
+    placed = bool(spec.node_selector or spec.tolerations)
+    if (placed or spec.workload) and (not spec.placed_jobs
+                                      or not all(isinstance(n, str) and n for n in spec.placed_jobs)):
+        raise JobSpecError(f"placed_jobs is {spec.placed_jobs!r}; allowed: the names of the runtime's replicated "
+                           "jobs that get node_selector, tolerations and the workload, e.g. ['node', 'launcher']")
     trainer: dict = {"numNodes": spec.num_nodes}
-    if spec.command:
+    if spec.workload:
+        trainer["command"] = trainjob_launcher_command(
+            spec.name, ["python3", f"{WORKLOADS_DIR}/{spec.workload}.py", *spec.workload_args])
+    elif spec.command:
         trainer["command"] = list(spec.command)
     if spec.image:
         trainer["image"] = spec.image
     labels = dict(spec.labels)
     if spec.queue:
         labels[QUEUE_LABEL] = spec.queue
-    body: dict = {"runtimeRef": {"name": spec.runtime, "kind": "ClusterTrainingRuntime",
+    body: dict = {"runtimeRef": {"name": spec.runtime, "kind": spec.runtime_kind,
                                  "apiGroup": "trainer.kubeflow.org"},
                   "trainer": trainer}
     if spec.suspend:
         body["suspend"] = True
+    patches = []
+    if placed:
+        # Keyed by its manager (Kueue adds its own entry on admission, with the flavor's selector and tolerations).
+        patches.append(_runtime_patch("mpiplat.io/placement", spec.placed_jobs, {
+            **({"nodeSelector": dict(spec.node_selector)} if spec.node_selector else {}),
+            **({"tolerations": [dict(t) for t in spec.tolerations]} if spec.tolerations else {})}))
+    if spec.workload:
+        # A patch may add volumes and mounts (not an image, a command or, for the `node` container, env).
+        patches.append(_runtime_patch("mpiplat.io/workload", spec.placed_jobs, {
+            "volumes": [{"name": "workloads", "configMap": {"name": WORKLOADS_CONFIGMAP}}],
+            "containers": [{"name": TRAINER_CONTAINER, "volumeMounts": [
+                {"name": "workloads", "mountPath": WORKLOADS_DIR, "readOnly": True}]}]}))
+    if patches:
+        body["runtimePatches"] = patches
     return {
         "apiVersion": TRAINJOB_API,
         "kind": "TrainJob",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -9,6 +10,7 @@ import pytest
 
 from mpiplat.conformance.workloads import mpienv, results
 from mpiplat.conformance.workloads.results import CheckFailed
+from mpiplat.diagnose import RankSignalled, launcher_log_failure
 
 if TYPE_CHECKING:
     from conftest import Run
@@ -69,6 +71,28 @@ def test_allreduce_refuses_to_inject_into_a_rank_that_does_not_exist(run_workloa
     run = run_workload("mpich", 2, "allreduce", "--inject-wrong-rank", "5")
     assert run.returncode == 2, run.output
     assert "not a rank of this 2-rank job" in run.stderr
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_allreduce_kill_rank_dies_of_sigkill_and_mpiexec_reports_it(run_workload: Runner, impl: str) -> None:
+    """The suite's FAIL-01 on real pods rests on this: the rank says so, dies of SIGKILL while the others
+    wait, mpiexec fails the run, and its report (what `diagnose` reads) names the host and signal 9."""
+    run = run_workload(impl, 3, "allreduce", "--kill-rank", "1", "--kill-after", "0.5")
+    assert run.returncode != 0, run.output
+    assert "allreduce: rank 1 on " in run.stdout and "kills itself with SIGKILL" in run.stdout, run.output
+    assert run.results == [], run.output  # killed before the first case: no rank reported a result
+    found = launcher_log_failure(run.stdout + run.stderr)
+    assert isinstance(found, RankSignalled) and found.signal == 9, run.output
+    assert found.host.split(".")[0] == socket.gethostname().split(".")[0], run.output
+    # Open MPI names the rank; Intel MPI reports every rank of the host (its cleanup kills the others),
+    # MPICH names none.
+    assert found.rank == (1 if impl == "openmpi" else None), run.output
+
+
+def test_allreduce_refuses_to_kill_a_rank_that_does_not_exist(run_workload: Runner) -> None:
+    run = run_workload("openmpi", 2, "allreduce", "--kill-rank", "2")
+    assert run.returncode == 2, run.output
+    assert "--kill-rank 2 is not a rank of this 2-rank job" in run.stderr
 
 
 @pytest.mark.parametrize("nranks", [2, 3])

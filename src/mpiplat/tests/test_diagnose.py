@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
 import time
+from types import SimpleNamespace
 
 import pytest
+from kubernetes import client
 
+from mpiplat import diagnose as diagnose_module
 from mpiplat import jobs
-from mpiplat.diagnose import diagnose
+from mpiplat.conformance.placement import placement
+from mpiplat.diagnose import RankSignalled, Unreachable, diagnose, launcher_log_failure, pod_of_host, policies_selecting
+from mpiplat.jobs import INDEX_LABEL, JOB_LABEL, ROLE_LABEL
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, RESOURCEFLAVOR, WORKLOAD
 from mpiplat.queues import capacity
 
@@ -65,8 +71,10 @@ def test_a_job_that_could_borrow_is_never_called_unfittable(kube, namespace):
                                      "spec": {"clusterQueue": cq["metadata"]["name"]}})
 
         def job(name: str, queue: str, workers: int) -> None:
+            # On the KWOK nodes: only they have GPUs.
             kube.create(MPIJOB, jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=namespace, workers=workers,
-                                                            gpus_per_worker=2, queue=queue)))
+                                                            gpus_per_worker=2, queue=queue,
+                                                            **placement(real=False, kwok_nodes=True))))
 
         job("busy", "lender", 2)  # 4 GPUs: all the lender has; it runs until the test ends
         kube.wait_for(MPIJOB, "busy", namespace, lambda o: not o["spec"]["runPolicy"]["suspend"], 30, "admitted")
@@ -90,3 +98,286 @@ def test_a_job_that_could_borrow_is_never_called_unfittable(kube, namespace):
             kube.delete(LOCALQUEUE, role, namespace)
             kube.delete(CLUSTERQUEUE, cq["metadata"]["name"])
         kube.delete(RESOURCEFLAVOR, flavor)
+
+
+# ---- mpirun's reports in the launcher's log. Copied from real runs: 2-worker MPIJobs on the local
+# reference cluster's real node (images mpiplat.local/{openmpi,intel,mpich}:1: Open MPI 4.1, Intel MPI,
+# MPICH 4.0.2), rank 1 killed by `allreduce.py --kill-rank 1`, or worker 1's TCP 2222 closed by a
+# NetworkPolicy (kube-router rejects: "Connection refused"); Open MPI 5.0.11 (prterun) from the local venv.
+
+OPENMPI_KILLED = """\
+allreduce: rank 1 on k1-worker-1 kills itself with SIGKILL
+--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+--------------------------------------------------------------------------
+mpirun noticed that process rank 1 with PID 18 on node k1-worker-1.k1.cap-ompi3.svc exited on signal 9 (Killed).
+--------------------------------------------------------------------------
+"""
+OPENMPI5_KILLED = """\
+allreduce: rank 1 on vm kills itself with SIGKILL
+--------------------------------------------------------------------------
+prterun noticed that process rank 1 with PID 7078 on node vm exited on
+signal 9 (Killed).
+--------------------------------------------------------------------------
+"""
+INTEL_KILLED = """\
+allreduce: rank 1 on k1-worker-1 kills itself with SIGKILL
+
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   RANK 1 PID 16 RUNNING AT k1-worker-1.k1.cap-intel.svc
+=   KILLED BY SIGNAL: 9 (Killed)
+===================================================================================
+"""
+# 2 workers x 2 slots, rank 3 killed: Intel MPI reports worker 1's ranks 2 and 3 (its cleanup killed rank 2).
+INTEL_KILLED_2_SLOTS = """\
+allreduce: rank 3 on k2-worker-1 kills itself with SIGKILL
+
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   RANK 2 PID 17 RUNNING AT k2-worker-1.k2.cap-s2-intel.svc
+=   KILLED BY SIGNAL: 9 (Killed)
+===================================================================================
+
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   RANK 3 PID 18 RUNNING AT k2-worker-1.k2.cap-s2-intel.svc
+=   KILLED BY SIGNAL: 9 (Killed)
+===================================================================================
+"""
+# Intel MPI with 3 ranks on one host (the local venv): every rank of the host's proxy is reported.
+INTEL_KILLED_ONE_HOST = """\
+allreduce: rank 1 on vm kills itself with SIGKILL
+
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   RANK 0 PID 7512 RUNNING AT vm
+=   KILLED BY SIGNAL: 9 (Killed)
+===================================================================================
+
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   RANK 1 PID 7513 RUNNING AT vm
+=   KILLED BY SIGNAL: 9 (Killed)
+===================================================================================
+
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   RANK 2 PID 7514 RUNNING AT vm
+=   KILLED BY SIGNAL: 9 (Killed)
+===================================================================================
+"""
+OPENMPI_KILLED_2_SLOTS = """\
+allreduce: rank 3 on k2-worker-1 kills itself with SIGKILL
+--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+--------------------------------------------------------------------------
+mpirun noticed that process rank 3 with PID 18 on node k2-worker-1.k2.cap-s2-openmpi.svc exited on signal 9 (Killed).
+--------------------------------------------------------------------------
+"""
+MPICH_KILLED = """\
+allreduce: rank 1 on k1-worker-1 kills itself with SIGKILL
+
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   PID 14 RUNNING AT k1-worker-1.k1.cap-mpich.svc
+=   EXIT CODE: 9
+=   CLEANING UP REMAINING PROCESSES
+=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES
+===================================================================================
+[proxy:0:0@k1-worker-0] HYD_pmcd_pmip_control_cmd_cb (pm/pmiserv/pmip_cb.c:899): assert (!closed) failed
+[proxy:0:0@k1-worker-0] HYDT_dmxu_poll_wait_for_event (tools/demux/demux_poll.c:76): callback returned error status
+[proxy:0:0@k1-worker-0] main (pm/pmiserv/pmip.c:169): demux engine error waiting for event
+[mpiexec@k1-launcher] HYDT_bscu_wait_for_completion (tools/bootstrap/utils/bscu_wait.c:73): one of the processes terminated badly; aborting
+[mpiexec@k1-launcher] HYDT_bsci_wait_for_completion (tools/bootstrap/src/bsci_wait.c:21): launcher returned error waiting for completion
+[mpiexec@k1-launcher] HYD_pmci_wait_for_completion (pm/pmiserv/pmiserv_pmci.c:179): launcher returned error waiting for completion
+[mpiexec@k1-launcher] main (ui/mpich/mpiexec.c:325): process manager error waiting for completion
+"""  # noqa: E501 (as captured)
+OPENMPI_SSH_REFUSED = """\
+ssh: connect to host k5-worker-1.k5.cap-np-ompi.svc port 2222: Connection refused
+--------------------------------------------------------------------------
+ORTE was unable to reliably start one or more daemons.
+This usually is caused by:
+
+* not finding the required libraries and/or binaries on
+  one or more nodes. Please check your PATH and LD_LIBRARY_PATH
+  settings, or configure OMPI with --enable-orterun-prefix-by-default
+"""
+INTEL_SSH_FAILED = """\
+[mpiexec@k5-launcher] Error: Unable to run bstrap_proxy on k5-worker-1.k5.cap-np-intel.svc (pid 13, exit code 65280)
+[mpiexec@k5-launcher] poll_for_event (../../../../../src/pm/i_hydra/libhydra/demux/hydra_demux_poll.c:157): check exit codes error
+[mpiexec@k5-launcher] HYD_dmx_poll_wait_for_proxy_event (../../../../../src/pm/i_hydra/libhydra/demux/hydra_demux_poll.c:206): poll for event error
+[mpiexec@k5-launcher] HYD_bstrap_setup (../../../../../src/pm/i_hydra/libhydra/bstrap/src/intel/i_hydra_bstrap.c:1063): error waiting for event
+[mpiexec@k5-launcher] Error setting up the bootstrap proxies
+[mpiexec@k5-launcher] Possible reasons:
+[mpiexec@k5-launcher] 1. Host is unavailable. Please check that all hosts are available.
+[mpiexec@k5-launcher] 3. Firewall refused connection.
+"""  # noqa: E501 (as captured)
+# MPICH's mpiexec then waits on (the job stays Running).
+MPICH_SSH_REFUSED = "ssh: connect to host k5-worker-1.k5.cap-np-mpich2.svc port 2222: Connection refused\n"
+# OpenSSH in the same images, where a packet is dropped or no host answers ARP.
+SSH_TIMED_OUT = "ssh: connect to host 192.0.2.1 port 2222: Connection timed out\n"
+SSH_NO_ROUTE = "ssh: connect to host 10.244.0.250 port 2222: No route to host\n"
+
+
+@pytest.mark.parametrize("log, host, sig, rank", [
+    pytest.param(OPENMPI_KILLED, "k1-worker-1.k1.cap-ompi3.svc", 9, 1, id="openmpi4"),
+    pytest.param(OPENMPI5_KILLED, "vm", 9, 1, id="openmpi5-wrapped"),
+    pytest.param(INTEL_KILLED, "k1-worker-1.k1.cap-intel.svc", 9, 1, id="intel"),
+    pytest.param(OPENMPI_KILLED_2_SLOTS, "k2-worker-1.k2.cap-s2-openmpi.svc", 9, 3, id="openmpi4-2-slots"),
+    pytest.param(INTEL_KILLED_2_SLOTS, "k2-worker-1.k2.cap-s2-intel.svc", 9, None, id="intel-2-slots"),
+    pytest.param(INTEL_KILLED_ONE_HOST, "vm", 9, None, id="intel-one-host"),
+    pytest.param(MPICH_KILLED, "k1-worker-1.k1.cap-mpich.svc", 9, None, id="mpich"),
+])
+def test_a_rank_killed_by_a_signal_is_read_from_mpiruns_report(log, host, sig, rank):
+    assert launcher_log_failure(log) == RankSignalled(host, sig, rank)
+
+
+@pytest.mark.parametrize("log, found", [
+    pytest.param(OPENMPI_SSH_REFUSED, Unreachable("k5-worker-1.k5.cap-np-ompi.svc", 2222, "Connection refused"),
+                 id="openmpi"),
+    pytest.param(MPICH_SSH_REFUSED, Unreachable("k5-worker-1.k5.cap-np-mpich2.svc", 2222, "Connection refused"),
+                 id="mpich"),
+    pytest.param(INTEL_SSH_FAILED, Unreachable("k5-worker-1.k5.cap-np-intel.svc", ssh_exit=255), id="intel"),
+    pytest.param(SSH_TIMED_OUT, Unreachable("192.0.2.1", 2222, "Connection timed out"), id="timed-out"),
+    pytest.param(SSH_NO_ROUTE, Unreachable("10.244.0.250", 2222, "No route to host"), id="no-route"),
+])
+def test_an_unreachable_host_is_read_from_the_ssh_error(log, found):
+    assert launcher_log_failure(log) == found
+
+
+def test_a_log_without_a_known_failure_names_nothing():
+    assert launcher_log_failure("allreduce float64 x 1 on 4 ranks: PASS\n") is None
+    assert launcher_log_failure("") is None
+
+
+def test_hosts_map_to_the_jobs_pods():
+    assert pod_of_host("k1-worker-1.k1.cap-ompi3.svc", "k1") == ("worker", 1)
+    assert pod_of_host("k1-worker-12", "k1") == ("worker", 12)
+    assert pod_of_host("k1-launcher.k1.ns.svc", "k1") == ("launcher", None)
+    assert pod_of_host("k10-worker-1.k10.ns.svc", "k1") is None  # another job's worker
+    assert pod_of_host("vm", "k1") is None
+
+
+def _policy(name: str, selector: dict, types: list[str] | None = None, **rules) -> dict:
+    spec = {"podSelector": selector, **rules}
+    if types is not None:
+        spec["policyTypes"] = types
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def test_policies_that_isolate_a_pod_are_named_by_direction():
+    worker1 = {JOB_LABEL: "k5", ROLE_LABEL: "worker", INDEX_LABEL: "1"}
+    policies = [
+        _policy("deny-ssh", {"matchLabels": {JOB_LABEL: "k5", INDEX_LABEL: "1"}}, ["Ingress"]),
+        _policy("default-deny", {}),  # no policyTypes, no egress rules: ingress only
+        _policy("other-worker", {"matchLabels": {INDEX_LABEL: "0"}}, ["Ingress"]),
+        _policy("not-launchers", {"matchExpressions": [{"key": ROLE_LABEL, "operator": "NotIn",
+                                                         "values": ["launcher"]}]}, ["Ingress", "Egress"]),
+        _policy("egress-only", {}, ["Egress"]),
+        _policy("implied-egress", {"matchExpressions": [{"key": JOB_LABEL, "operator": "Exists"}]},
+                egress=[{"to": []}]),
+    ]
+    assert policies_selecting(policies, worker1, "Ingress") == ["default-deny", "deny-ssh", "implied-egress",
+                                                                "not-launchers"]
+    assert policies_selecting(policies, worker1, "Egress") == ["egress-only", "implied-egress", "not-launchers"]
+    launcher = {JOB_LABEL: "k5", ROLE_LABEL: "launcher"}
+    assert policies_selecting(policies, launcher, "Egress") == ["egress-only", "implied-egress"]
+
+
+# ---- diagnose() over a fake cluster: what the suite's FAIL-01 (real) and FAIL-05 assert.
+
+def _pod(name: str, role: str, index: int | None, phase: str, exit_code: int | None = None,
+         reason: str = "Error", **template_labels: str) -> client.V1Pod:
+    labels = {**template_labels, JOB_LABEL: name.rsplit("-", 2 if index is not None else 1)[0], ROLE_LABEL: role,
+              "training.kubeflow.org/operator-name": "mpi-operator"}
+    if index is not None:
+        labels[INDEX_LABEL] = str(index)
+    state = (client.V1ContainerState(terminated=client.V1ContainerStateTerminated(exit_code=exit_code, reason=reason))
+             if exit_code is not None else client.V1ContainerState(running=client.V1ContainerStateRunning()))
+    status = client.V1ContainerStatus(name=role, image="i", image_id="", ready=exit_code is None, restart_count=0,
+                                      state=state)
+    return client.V1Pod(metadata=client.V1ObjectMeta(name=name, labels=labels,
+                                                     creation_timestamp=datetime.datetime(2026, 1, 1)),
+                        status=client.V1PodStatus(phase=phase, container_statuses=[status]))
+
+
+class _FakeKube:
+    def __init__(self, job: dict, pods: list, logs: dict[str, str]):
+        self.job = job
+        self.core = SimpleNamespace(
+            list_namespaced_pod=lambda ns, label_selector: SimpleNamespace(items=pods),
+            read_namespaced_pod_log=lambda name, ns, **kw: logs[name],
+            list_namespaced_event=lambda ns: SimpleNamespace(items=[]))
+
+    def get(self, kind, name, namespace=None):
+        return self.job
+
+
+def _failed_job(name: str, ns: str) -> dict:
+    manifest = jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, worker_labels={"team": "a"}))
+    manifest["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Failed", "status": "True"}]}
+    return manifest
+
+
+def test_diagnose_names_the_worker_whose_rank_was_killed(monkeypatch):
+    ns = "cap-ompi3"
+    pods = [_pod("k1-launcher-s8bv9", "launcher", None, "Failed", 137),
+            _pod("k1-worker-0", "worker", 0, "Running"), _pod("k1-worker-1", "worker", 1, "Running")]
+    found = diagnose(_FakeKube(_failed_job("k1", ns), pods, {"k1-launcher-s8bv9": OPENMPI_KILLED}), ns, "k1")
+    assert found.cause == ("worker 1 (k1-worker-1.k1.cap-ompi3.svc): MPI rank 1 killed by signal 9 "
+                           "(SIGKILL, exit 137)"), found
+    assert "memory limit" in found.remedy and "OOM killer" in found.remedy
+    assert "launcher Error (exit 137)" in found.details
+
+
+def test_diagnose_prefers_a_failed_worker_pod_to_the_launchers_log():
+    ns = "cap-ompi3"
+    pods = [_pod("k1-launcher-s8bv9", "launcher", None, "Failed", 137),
+            _pod("k1-worker-1", "worker", 1, "Failed", 137, reason="OOMKilled")]
+    found = diagnose(_FakeKube(_failed_job("k1", ns), pods, {"k1-launcher-s8bv9": OPENMPI_KILLED}), ns, "k1")
+    assert found.cause == "worker 1 OOMKilled (exit 137)", found
+
+
+@pytest.mark.parametrize("log, how", [
+    (OPENMPI_SSH_REFUSED, "ssh to k5-worker-1.k5.cap-np-ompi.svc port 2222: Connection refused"),
+    (INTEL_SSH_FAILED, "ssh to k5-worker-1.k5.cap-np-intel.svc failed (exit 255)"),
+])
+@pytest.mark.parametrize("worker_pods_left", [True, False], ids=["pods", "pods-cleaned-up"])
+def test_diagnose_names_the_unreachable_worker_and_the_policies_in_the_way(monkeypatch, log, how, worker_pods_left):
+    ns = "cap-np"
+    pods = [_pod("k5-launcher-4prgp", "launcher", None, "Failed", 255)]
+    if worker_pods_left:
+        pods += [_pod("k5-worker-0", "worker", 0, "Running", team="a"),
+                 _pod("k5-worker-1", "worker", 1, "Running", team="a")]
+    policies = [_policy("deny-ssh-k5", {"matchLabels": {JOB_LABEL: "k5", INDEX_LABEL: "1"}}, ["Ingress"]),
+                _policy("team-a-only", {"matchLabels": {"team": "a"}}, ["Ingress"]),  # the worker template's label
+                _policy("worker-0", {"matchLabels": {INDEX_LABEL: "0"}}, ["Ingress"])]
+    monkeypatch.setattr(diagnose_module, "_network_policies", lambda kube, namespace: policies)
+    found = diagnose(_FakeKube(_failed_job("k5", ns), pods, {"k5-launcher-4prgp": log}), ns, "k5")
+    assert found.cause == f"MPI communication failed: worker 1 unreachable ({how})", found
+    assert "NetworkPolicies" in found.remedy and "TCP 2222" in found.remedy
+    assert "limit ingress to worker 1: deny-ssh-k5, team-a-only;" in found.remedy, found.remedy
+    assert "worker-0" not in found.remedy
+
+
+def test_diagnose_says_when_no_policy_selects_the_unreachable_worker(monkeypatch):
+    pods = [_pod("k5-launcher-4prgp", "launcher", None, "Failed", 255)]
+    monkeypatch.setattr(diagnose_module, "_network_policies", lambda kube, namespace: [])
+    found = diagnose(_FakeKube(_failed_job("k5", "ns"), pods, {"k5-launcher-4prgp": OPENMPI_SSH_REFUSED}), "ns", "k5")
+    assert found.cause.startswith("MPI communication failed: worker 1 unreachable"), found
+    assert "none selects the job's pods" in found.remedy
+
+
+def test_diagnose_reads_a_running_jobs_launcher_log(monkeypatch):
+    """MPICH's mpiexec waits on after ssh failed: the job stays Running, the diagnosis says why."""
+    job = _failed_job("k5", "ns")
+    job["status"]["conditions"] = [{"type": "Running", "status": "True"}]
+    pods = [_pod("k5-launcher-wdxhl", "launcher", None, "Running"), _pod("k5-worker-1", "worker", 1, "Running")]
+    monkeypatch.setattr(diagnose_module, "_network_policies", lambda kube, namespace: [])
+    found = diagnose(_FakeKube(job, pods, {"k5-launcher-wdxhl": MPICH_SSH_REFUSED}), "ns", "k5")
+    assert found.state == "Running" and "worker 1 unreachable" in found.cause, found

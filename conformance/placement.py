@@ -1,0 +1,46 @@
+"""Where a job's pods go: the one placement rule of the suite (and of the repo's tests that make pods).
+
+A job that runs real pods gets the settings' node selector and tolerations only, so on a cluster that
+mixes simulated (KWOK) nodes with real ones it lands on a real node. A job that relies on simulated
+behaviour (the KWOK Stages of localcluster/stages.yaml: mpiplat.jobs.COMPLETE_AFTER, FAIL_*) or needs
+more nodes or GPUs than the real node has is put on the KWOK nodes where the cluster has any
+(mpiplat.jobs.KWOK_NODE_SELECTOR and KWOK_TOLERATION); elsewhere it gets the settings' placement too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypedDict
+
+from mpiplat import jobs
+
+
+class Placement(TypedDict):
+    """Keyword arguments of jobs.MPIJobSpec and jobs.TrainJobSpec (pod spec nodeSelector, tolerations)."""
+
+    node_selector: dict[str, str]
+    tolerations: list[dict]
+
+
+def placement(*, real: bool, kwok_nodes: bool, node_selector: Mapping[str, str] | None = None,
+              tolerations: Iterable[Mapping] = ()) -> Placement:
+    """The node selector and tolerations of a job's pods.
+
+    node_selector, tolerations: the base placement (the settings', merged with a test's own).
+    real: the job runs real pods: the base placement only.
+    kwok_nodes: the cluster has KWOK nodes; with real=False the job goes there (the KWOK selector
+    and toleration are added to the base).
+    """
+    selector = dict(node_selector or {})
+    tols = [dict(t) for t in tolerations]
+    if not real and kwok_nodes:
+        selector.update(jobs.KWOK_NODE_SELECTOR)
+        if jobs.KWOK_TOLERATION not in tols:
+            tols.append(dict(jobs.KWOK_TOLERATION))
+    return Placement(node_selector=selector, tolerations=tols)
+
+
+def pod_spec(p: Placement) -> dict:
+    """The placement as fields of a Pod's spec, for pods the suite makes itself."""
+    return {**({"nodeSelector": dict(p["node_selector"])} if p["node_selector"] else {}),
+            **({"tolerations": [dict(t) for t in p["tolerations"]]} if p["tolerations"] else {})}

@@ -1,0 +1,189 @@
+"""What the suite's real jobs are built with: the TrainJob a workload runs in (JOB-04: its launcher command,
+its runtime patch, and that both fit the pinned Trainer's TrainJob schema and MPI runtimes) and the MPIJob
+launcher's restart policy (JOB-11). No cluster."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from mpiplat import jobs
+from mpiplat.conformance.placement import placement
+from mpiplat.versions import load, module_dir
+
+TRAINER_RUNTIMES = ("deepspeed_distributed.yaml", "mlx_distributed.yaml")
+
+
+def _workload_trainjob(**kw) -> dict:
+    return jobs.trainjob(jobs.TrainJobSpec(name="mpi", namespace="ns", workload="allreduce",
+                                           workload_args=["--counts", "1"], **kw))
+
+
+def test_a_workload_trainjob_runs_mpirun_on_the_launcher_with_the_program_mounted_on_every_mpi_job():
+    body = _workload_trainjob(runtime="rt", runtime_kind="TrainingRuntime", image="img:1")["spec"]
+    assert body["runtimeRef"] == {"name": "rt", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}
+    assert body["trainer"]["image"] == "img:1" and body["trainer"]["numNodes"] == 2
+    command = body["trainer"]["command"]
+    assert command[:2] == ["sh", "-c"] and command[3] == "mpi"  # $0: the subdomain, the TrainJob's name
+    assert command[4:] == ["mpirun", "--allow-run-as-root", "--bind-to", "none",
+                           "python3", f"{jobs.WORKLOADS_DIR}/allreduce.py", "--counts", "1"]
+    [patch] = body["runtimePatches"]
+    assert patch["manager"] == "mpiplat.io/workload"
+    replicated = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert [r["name"] for r in replicated] == list(jobs.TRAINER_MPI_JOBS)
+    for r in replicated:
+        assert r["template"]["spec"]["template"]["spec"] == {
+            "volumes": [{"name": "workloads", "configMap": {"name": jobs.WORKLOADS_CONFIGMAP}}],
+            "containers": [{"name": "node", "volumeMounts": [
+                {"name": "workloads", "mountPath": jobs.WORKLOADS_DIR, "readOnly": True}]}]}
+
+
+def test_placement_and_workload_are_two_runtime_patches():
+    body = _workload_trainjob(**placement(real=False, kwok_nodes=True))["spec"]
+    assert [p["manager"] for p in body["runtimePatches"]] == ["mpiplat.io/placement", "mpiplat.io/workload"]
+    # Without either, the TrainJob is the runtime's own (the default: a ClusterTrainingRuntime).
+    plain = jobs.trainjob(jobs.TrainJobSpec(name="ds"))["spec"]
+    assert "runtimePatches" not in plain and "command" not in plain["trainer"]
+    assert plain["runtimeRef"]["kind"] == "ClusterTrainingRuntime"
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"workload": "allreduce", "command": ["true"]}, r"command \['true'\] and workload 'allreduce' are both set"),
+    ({"workload": "../x"}, r"workload '\.\./x' is invalid; allowed: a program name"),
+    ({"runtime_kind": "Runtime"}, r"runtime_kind 'Runtime' is unknown; allowed: ClusterTrainingRuntime, "
+                                  r"TrainingRuntime"),
+    ({"workload": "pi", "placed_jobs": []}, r"placed_jobs is \[\]; allowed: the names of the runtime's"),
+])
+def test_bad_trainjob_parameters_are_refused_naming_the_field(kw, message):
+    with pytest.raises(jobs.JobSpecError, match=message):
+        jobs.trainjob(jobs.TrainJobSpec(name="ds", **kw))
+
+
+# ---------------------------------------------------------------- the launcher waits for its own name
+
+def _fake_bin(tmp_path: Path, resolves_after: int) -> dict[str, str]:
+    """PATH with `hostname`, `sleep` (instant) and `getent` that fails `resolves_after` times (-1: always)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    count = tmp_path / "tries"
+    count.write_text("0")
+    scripts = {
+        "hostname": "#!/bin/sh\necho mpi-launcher-0-0\n",
+        "sleep": "#!/bin/sh\nexit 0\n",
+        "getent": f"#!/bin/sh\nn=$(cat {count}); echo $((n+1)) > {count}; echo \"$@\" >> {tmp_path / 'asked'}\n"
+                  f"[ {resolves_after} -ge 0 ] && [ \"$n\" -ge {resolves_after} ]\n",
+    }
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def _launch(env: dict[str, str], program: list[str]) -> subprocess.CompletedProcess:
+    command = jobs.trainjob_launcher_command("mpi", program)
+    assert command[4] == "mpirun"
+    # The same shell script, with `echo` in mpirun's place: what it would run, and when.
+    return subprocess.run([*command[:4], "echo", "ran", *command[5:]], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
+def test_the_launcher_runs_mpirun_once_its_own_name_resolves(tmp_path):
+    env = _fake_bin(tmp_path, resolves_after=3)
+    done = _launch(env, ["python3", "x.py"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ran", "--allow-run-as-root", "--bind-to", "none", "python3", "x.py"]
+    assert (tmp_path / "tries").read_text().strip() == "4"
+    assert set((tmp_path / "asked").read_text().splitlines()) == {"hosts mpi-launcher-0-0.mpi"}
+    assert done.stderr == "mpiplat: waited 3s for mpi-launcher-0-0.mpi to resolve\n"
+    at_once = _launch(_fake_bin(tmp_path / "again", resolves_after=0), ["true"])
+    assert at_once.returncode == 0 and at_once.stderr == "" and at_once.stdout.split()[0] == "ran"
+    assert (tmp_path / "again" / "tries").read_text().strip() == "1"
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
+def test_the_launcher_gives_up_waiting_and_lets_mpirun_report(tmp_path):
+    done = _launch(_fake_bin(tmp_path, resolves_after=-1), ["true"])
+    assert done.returncode == 0 and done.stdout.split()[0] == "ran"
+    assert (tmp_path / "tries").read_text().strip() == str(jobs.TRAINJOB_DNS_WAIT_S)
+    assert f"waited {jobs.TRAINJOB_DNS_WAIT_S}s" in done.stderr
+
+
+# ---------------------------------------------------------------- against the pinned Trainer
+
+@pytest.fixture(scope="module")
+def trainer_root() -> Path:
+    if shutil.which("go") is None:
+        pytest.skip("needs the go command to fetch the pinned Trainer module")
+    return module_dir(load()["trainer"])
+
+
+def test_the_workload_runtime_patch_fits_the_pinned_trainjob_schema(trainer_root):
+    crd = yaml.safe_load((trainer_root / "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml").read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v["name"] == jobs.TRAINJOB_API.split("/")[1]]
+    schema = version["schema"]["openAPIV3Schema"]
+    manifest = _workload_trainjob(runtime_kind="TrainingRuntime", image="img:1")
+    jsonschema.validate(manifest, schema)
+    # Each runtime kind the builder allows is a pinned CRD; a TrainingRuntime lives in the TrainJob's namespace.
+    for kind in jobs.RUNTIME_KINDS:
+        runtime_crd = yaml.safe_load(
+            (trainer_root / f"manifests/base/crds/trainer.kubeflow.org_{kind.lower()}s.yaml").read_text())
+        assert runtime_crd["spec"]["names"]["kind"] == kind
+        assert runtime_crd["spec"]["scope"] == ("Cluster" if kind.startswith("Cluster") else "Namespaced")
+    # Structural schema: unknown fields are pruned, not refused, so every field of the patch must be named.
+    node, patch = schema, manifest
+    for key in ("spec", "runtimePatches", 0, "trainingRuntimeSpec", "template", "spec", "replicatedJobs", 0,
+                "template", "spec", "template", "spec"):
+        if isinstance(key, int):
+            node, patch = node["items"], patch[key]
+            continue
+        assert set(patch) <= set(node["properties"]), (key, set(patch) - set(node["properties"]))
+        node, patch = node["properties"][key], patch[key]
+    assert set(patch) == {"volumes", "containers"} and set(patch) <= set(node["properties"])
+    container = node["properties"]["containers"]["items"]
+    assert set(patch["containers"][0]) <= set(container["properties"])
+    # No image or command in a container patch: why the suite copies a runtime to run its own image.
+    assert not {"image", "command"} & set(container["properties"])
+
+
+@pytest.mark.parametrize("runtime_file", TRAINER_RUNTIMES)
+def test_the_pinned_mpi_runtimes_have_the_jobs_and_container_the_trainjob_patches(trainer_root, runtime_file):
+    """Trainer's webhook rejects a patch of a job or container the runtime lacks; trainer.image and command
+    reach the `node` container of the job labelled trainjob-ancestor-step=trainer, the launcher."""
+    runtime = yaml.safe_load((trainer_root / "manifests/base/runtimes" / runtime_file).read_text())
+    assert runtime["spec"]["mlPolicy"]["mpi"]["runLauncherAsNode"] is True
+    assert runtime["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] == "OpenMPI"
+    replicated = {j["name"]: j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+    assert set(jobs.TRAINER_MPI_JOBS) <= set(replicated)
+    for name in jobs.TRAINER_MPI_JOBS:
+        assert jobs.TRAINER_CONTAINER in {c["name"] for c in replicated[name]["template"]["spec"]["template"]["spec"]
+                                          ["containers"]}
+    ancestors = {name for name, j in replicated.items()
+                 if (j["template"].get("metadata") or {}).get("labels", {}).get(
+                     "trainer.kubeflow.org/trainjob-ancestor-step") == "trainer"}
+    assert ancestors == {"launcher"}
+
+
+# ---------------------------------------------------------------- the MPIJob launcher's restart policy
+
+def test_a_launcher_may_keep_its_failed_pod():
+    """restartPolicy Never keeps a failed launcher pod and its log (OnFailure, the operator's default: the Job
+    controller deletes it at the backoff limit); it is the builder's default, and None leaves it to the operator."""
+    def launcher(**kw) -> dict:
+        return jobs.mpijob(jobs.MPIJobSpec(name="nr", **kw))["spec"]["mpiReplicaSpecs"]["Launcher"]
+
+    assert launcher()["restartPolicy"] == "Never"
+    assert "restartPolicy" not in launcher(launcher_restart_policy=None)
+    # On the replica spec, where mpi-operator reads it (it overrides the pod template's).
+    assert launcher(launcher_restart_policy="Never")["restartPolicy"] == "Never"
+    assert "restartPolicy" not in launcher(launcher_restart_policy="Never")["template"]["spec"]
+    worker = jobs.mpijob(jobs.MPIJobSpec(name="nr", launcher_restart_policy="Never"))["spec"]["mpiReplicaSpecs"]
+    assert "restartPolicy" not in worker["Worker"]
+    with pytest.raises(jobs.JobSpecError, match=r"launcher_restart_policy is 'Always'; allowed: Never, OnFailure"):
+        launcher(launcher_restart_policy="Always")
