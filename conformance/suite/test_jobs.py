@@ -36,12 +36,13 @@ IMPLEMENTATIONS = [
 @pytest.mark.parametrize("implementation, line", IMPLEMENTATIONS)
 def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, capabilities, mpijob_spec,
                                                                   implementation, line):
-    """The allreduce workload (delivered by ConfigMap) runs on 3 workers x 2 slots; where pods run
+    """The allreduce workload (delivered by ConfigMap) runs on 2 workers x 2 slots; where pods run
     for real (on a real node, also of a cluster with KWOK nodes), the program's own check must pass
-    on all 6 ranks; elsewhere the job is simulated."""
+    on all 4 ranks; elsewhere the job is simulated. (6 ranks on the local real node's 2 cores made
+    MPICH 4.0's ranks hang in MPI_Finalize in about half the runs.)"""
     ns = run.namespace()
     kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
-    spec = mpijob_spec("hello", ns, real=capabilities.pod_network, implementation=implementation, workers=3,
+    spec = mpijob_spec("hello", ns, real=capabilities.pod_network, implementation=implementation, workers=2,
                        slots_per_worker=2, workload="allreduce", launcher_annotations={jobs.COMPLETE_AFTER: "4s"},
                        # Sizes a small node runs in seconds even with 6 busy-polling ranks on 2 cores.
                        workload_args=["--counts", "1,1000,16384"])
@@ -49,11 +50,11 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, cap
     seen = condition_times(kube, MPIJOB, "hello", ns, until=("Succeeded", "Failed"), timeout=300)
     assert list(seen)[:3] == ["Created", "Running", "Succeeded"], seen
     hostfile = kube.core.read_namespaced_config_map("hello-config", ns).data["hostfile"].splitlines()
-    assert hostfile == [line.format(host=f"hello-worker-{i}.hello.{ns}.svc", slots=2) for i in range(3)]
+    assert hostfile == [line.format(host=f"hello-worker-{i}.hello.{ns}.svc", slots=2) for i in range(2)]
     if capabilities.pod_network:
         launcher = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=hello,{ROLE_LABEL}=launcher").items
         log = kube.core.read_namespaced_pod_log(launcher[-1].metadata.name, ns)
-        results.assert_passed(results.parse(log), "allreduce", ranks=6)
+        results.assert_passed(results.parse(log), "allreduce", ranks=4)
 
 
 CLUSTER_TRAINING_RUNTIME = Kind("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
