@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 SYSCTLS = (
@@ -209,11 +211,31 @@ def restore(before: dict, under: list[str], say=print) -> list[str]:
             else:
                 target.unlink(missing_ok=True)
     for cg in sorted(set(_cgroups()) - set(before["cgroups"])):
+        _kill_members(Path(cg))
         for root, dirs, _ in sorted(os.walk(cg), key=lambda t: len(t[0]), reverse=True):
             for d in dirs:
                 _rmdir(Path(root) / d)
         _rmdir(Path(cg))
     return differences(before, snapshot())
+
+
+def _kill_members(cgroup: Path) -> None:
+    """SIGKILL every process left in a cgroup tree the node made (a container whose runtime is gone)."""
+    pids = set()
+    for procs in cgroup.rglob("cgroup.procs"):
+        try:
+            pids |= {int(p) for p in procs.read_text().split()}
+        except (OSError, ValueError):
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 5
+    while pids and time.monotonic() < deadline:
+        pids = {p for p in pids if Path(f"/proc/{p}").exists()}
+        time.sleep(0.1)
 
 
 def _rmdir(path: Path) -> None:

@@ -528,12 +528,12 @@ def down(say: Callable[[str], None]) -> None:
             say(f"  stopped {proc.name}")
         proc.pid_file().unlink(missing_ok=True)
     runc = shutil.which("runc")
-    if runc and (node_dir() / "runc").is_dir():  # containers left by the kubelet
-        listed = subprocess.run([runc, "--root", str(node_dir() / "runc"), "list", "-q"], capture_output=True,
+    roots = sorted(p for p in (node_dir() / "runc").glob("*") if p.is_dir())  # one per containerd namespace
+    for root in roots if runc else []:  # containers left by the kubelet
+        listed = subprocess.run([runc, "--root", str(root), "list", "-q"], capture_output=True,
                                 text=True).stdout.split()
         for cid in listed:
-            subprocess.run([runc, "--root", str(node_dir() / "runc"), "delete", "--force", cid],
-                           capture_output=True)
+            subprocess.run([runc, "--root", str(root), "delete", "--force", cid], capture_output=True)
         if listed:
             say(f"  removed {len(listed)} container(s)")
     containerd = next(p for p in PROCESSES if p.name == "containerd")
