@@ -116,8 +116,6 @@ def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run
 
 PROBE_PORT = 2222  # the workers' sshd
 PROBE_FOR_S = 10
-# A new policy reaches the node's firewall after the plugin's next sync: seconds, more on a busy node.
-ADMITTED_WITHIN_S = 60
 
 
 def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str], placed: Placement,
@@ -160,16 +158,3 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
     assert inside == "OPEN", f"a launcher-role pod in the job's namespace could not reach {ip}:{PROBE_PORT}: {inside}"
     assert outside == "CLOSED", (f"a pod in namespace {outsider_ns} reached worker {ip}:{PROBE_PORT}: the "
                                  "NetworkPolicies exist but are not enforced (does the cluster's CNI support them?)")
-    # The probe can tell: with one more policy admitting other namespaces to the workers' SSH port,
-    # the same outsider connects.
-    net = client.NetworkingV1Api(kube.api_client)
-    net.create_namespaced_network_policy(ns, {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "admit-probe"},
-        "spec": {"podSelector": {"matchLabels": {ROLE_LABEL: "worker"}}, "policyTypes": ["Ingress"],
-                 "ingress": [{"from": [{"namespaceSelector": {}}],
-                              "ports": [{"port": PROBE_PORT, "protocol": "TCP"}]}]}})
-    admitted = _probe(kube, outsider_ns, "probe-admitted", ip, image, {"mpiplat.io/probe": "admitted"},
-                      place(real=True), within=ADMITTED_WITHIN_S)
-    assert admitted == "OPEN", (f"with a policy admitting other namespaces, a pod in namespace {outsider_ns} still "
-                                f"could not reach worker {ip}:{PROBE_PORT} ({admitted}): the probe cannot tell "
-                                "enforcement from a broken pod network")
