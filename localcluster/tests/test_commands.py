@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mpiplat.localcluster import cluster
+from mpiplat.localcluster import cluster, lifecycle, realnode
 
 pytestmark = pytest.mark.cluster
 
@@ -24,6 +24,8 @@ def test_status_reports_every_component_healthy(kube):
     report = json.loads(proc.stdout)
     expected = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
                 "mpi-operator", "kueue", "jobset", "trainer-controller-manager"}
+    if lifecycle.real_node_enabled():
+        expected |= {p.name for p in realnode.PROCESSES} | {"coredns (pod)"}
     assert set(report["components"]) == expected
     assert all(c["healthy"] for c in report["components"].values()), report
 
