@@ -87,7 +87,7 @@ def test_a_trainjob_places_its_runtime_jobs_through_one_runtime_patch():
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="needs the go command to fetch the pinned Trainer module")
-def test_the_trainjob_runtime_patch_fits_the_pinned_trainer_api():
+def test_the_trainjob_runtime_patch_fits_the_pinned_trainer_api(runtime_pod_spec):
     """The pinned TrainJob CRD's schema accepts the manifest, and the patched jobs are the default runtime's
     (Trainer's webhook rejects a patch of a replicated job the runtime lacks)."""
     root = module_dir(load()["trainer"])
@@ -97,18 +97,8 @@ def test_the_trainjob_runtime_patch_fits_the_pinned_trainer_api():
     manifest = jobs.trainjob(spec)
     schema = version["schema"]["openAPIV3Schema"]
     jsonschema.validate(manifest, schema)
-    # The schema is structural: the API server prunes unknown fields rather than refusing them, so every
-    # field of the patch must be one the schema names, down to the pod spec.
-    node = schema
-    patch = manifest
-    for key in ("spec", "runtimePatches", 0, "trainingRuntimeSpec", "template", "spec", "replicatedJobs", 0,
-                "template", "spec", "template", "spec"):
-        if isinstance(key, int):
-            node, patch = node["items"], patch[key]
-            continue
-        assert set(patch) <= set(node["properties"]), (key, set(patch) - set(node["properties"]))
-        node, patch = node["properties"][key], patch[key]
-    assert set(patch) == {"nodeSelector", "tolerations"} and set(patch) <= set(node["properties"])
+    _, patch = runtime_pod_spec(schema, manifest)
+    assert set(patch) == {"nodeSelector", "tolerations"}
     runtime = yaml.safe_load((root / "manifests/base/runtimes/deepspeed_distributed.yaml").read_text())
     assert runtime["metadata"]["name"] == spec.runtime
     assert set(spec.placed_jobs) <= {j["name"] for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
