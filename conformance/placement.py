@@ -40,6 +40,12 @@ def placement(*, real: bool, kwok_nodes: bool, node_selector: Mapping[str, str] 
     return Placement(node_selector=selector, tolerations=tols)
 
 
+def level(*, real: bool, kwok_nodes: bool) -> str:
+    """The evidence level of pods placed by `placement` with the same arguments: `simulated` on the KWOK
+    nodes, else `real` (on a cluster without KWOK nodes every pod runs for real)."""
+    return "real" if real or not kwok_nodes else "simulated"
+
+
 def pod_spec(p: Placement) -> dict:
     """The placement as fields of a Pod's spec, for pods the suite makes itself."""
     return {**({"nodeSelector": dict(p["node_selector"])} if p["node_selector"] else {}),

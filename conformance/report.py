@@ -1,5 +1,7 @@
-"""Conformance reports: JSON (every figure), JUnit XML (one testcase per requirement), Markdown,
-one self-contained HTML file, and a CNCF-AI-conformance-style checklist."""
+"""Conformance reports: JSON (every figure), JUnit XML (one testcase per requirement), Markdown, one
+self-contained HTML file, a checklist, and an evidence file for the Kubernetes AI Conformance checklist
+(PRODUCT.yaml style). Verdicts come from mpiplat.conformance.verdicts; each shows its status and its
+evidence level."""
 
 from __future__ import annotations
 
@@ -12,68 +14,53 @@ from xml.etree import ElementTree as ET
 
 import yaml
 
-CATALOG = yaml.safe_load((Path(__file__).with_name("catalog.yml")).read_text())["requirements"]
-ORDER = {"passed": 0, "failed": 1, "skipped": 2}
+from mpiplat.conformance import verdicts
+from mpiplat.conformance.catalog import AI_CONFORMANCE
+from mpiplat.conformance.catalog import REQUIREMENTS as CATALOG
+
+LEVEL_MEANS = {
+    "real": "real pods and network",
+    "simulated": "on KWOK nodes: the API server and controllers are real, the pods are not",
+    "objects": "API objects and the API server's answers; the behaviour was not exercised by pods",
+    "none": "not shown: every test skipped",
+}
+AI_STATUS = {"passed": "Implemented", "partial": "Partially Implemented", "failed": "Not Implemented"}
+AI_FILE = "ai-conformance.yaml"
 
 
-def aggregate(outcomes: list[dict]) -> dict[str, dict]:
-    """Per requirement: failed if any test failed, passed if any passed and none failed, else skipped."""
-    reqs: dict[str, dict] = {}
-    for o in outcomes:
-        r = reqs.setdefault(o["requirement"], {"tests": [], "duration_s": 0.0})
-        r["tests"].append(o)
-        r["duration_s"] += o["duration_s"]
-    for r in reqs.values():
-        states = {t["status"] for t in r["tests"]}
-        r["status"] = "failed" if "failed" in states else "passed" if "passed" in states else "skipped"
-        r["message"] = next((t["message"] for t in r["tests"] if t["status"] == r["status"] and t["message"]), "")
-        r["diagnosis"] = next((t.get("diagnosis", "") for t in r["tests"] if t.get("diagnosis")), "")
-    return dict(sorted(reqs.items()))
-
-
-def write(report_dir: Path, outcomes: list[dict], figures: list, meta: dict, plots: list[dict] = ()) -> dict:
-    """plots: {"requirement", "title", "svg"} each, drawn into the HTML and saved as plot-<n>.svg."""
+def write(report_dir: Path, outcomes: list[dict], figures: list, meta: dict, plots: list[dict] = (),
+          loosened: list[dict] = (), cluster: dict | None = None) -> dict:
+    """Write every report into report_dir and return what results.json holds; its "files" lists what was
+    written. plots: {"requirement", "title", "svg"} each, drawn into the HTML and saved as plot-<n>.svg.
+    loosened: catalog.loosened(settings.thresholds). cluster: snapshot.cluster, saved as cluster.json."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    reqs = aggregate(outcomes)
-    counts = {s: sum(1 for r in reqs.values() if r["status"] == s) for s in ORDER}
+    reqs = verdicts.aggregate(outcomes, loosened)
+    files = []
     saved = []
     for n, plot in enumerate(plots, start=1):
         (report_dir / f"plot-{n}.svg").write_text(plot["svg"])
         saved.append({"requirement": plot["requirement"], "title": plot["title"], "file": f"plot-{n}.svg"})
-    data = {"meta": meta, "summary": counts, "requirements": reqs,
-            "figures": [asdict(f) | {"meets_target": f.meets_target} for f in figures], "plots": saved}
+        files.append(f"plot-{n}.svg")
+    if cluster is not None:
+        (report_dir / "cluster.json").write_text(json.dumps(cluster, indent=2, default=str))
+        files.append("cluster.json")
+        meta = {**meta, "nodes": cluster["node_summary"], "controllers": cluster["controllers"]}
+    files += ["results.json", "junit.xml", "report.md", "report.html", "checklist.md", AI_FILE]
+    data = {"meta": meta, "summary": verdicts.summary(reqs), "by_evidence": verdicts.by_evidence(reqs),
+            "loosened": list(loosened), "requirements": reqs,
+            "figures": [asdict(f) | {"meets_target": f.meets_target} for f in figures], "plots": saved,
+            "files": files}
+    data["ai_conformance"] = ai_conformance(data)
     (report_dir / "results.json").write_text(json.dumps(data, indent=2, default=str))
     _junit(report_dir / "junit.xml", reqs, meta)
-    md = _markdown(data)
-    (report_dir / "report.md").write_text(md)
+    (report_dir / "report.md").write_text(_markdown(data))
     (report_dir / "report.html").write_text(_html(data, [p["svg"] for p in plots]))
     (report_dir / "checklist.md").write_text(_checklist(data))
+    (report_dir / AI_FILE).write_text(_ai_yaml(data))
     return data
 
 
-def _junit(path: Path, reqs: dict, meta: dict) -> None:
-    suite = ET.Element("testsuite", name="mpiplat-conformance", tests=str(len(reqs)),
-                       failures=str(sum(r["status"] == "failed" for r in reqs.values())),
-                       skipped=str(sum(r["status"] == "skipped" for r in reqs.values())),
-                       time=f"{meta.get('duration_s', 0):.1f}")
-    for rid, r in reqs.items():
-        case = ET.SubElement(suite, "testcase", classname="mpiplat.conformance", name=rid,
-                             time=f"{r['duration_s']:.2f}")
-        if r["status"] == "failed":
-            ET.SubElement(case, "failure", message=r["message"][:500]).text = r["message"]
-        elif r["status"] == "skipped":
-            ET.SubElement(case, "skipped", message=r["message"][:500])
-    root = ET.Element("testsuites", name="mpiplat")
-    root.append(suite)
-    ET.ElementTree(root).write(path, encoding="unicode", xml_declaration=True)
-
-
-def _fmt_target(f: dict) -> str:
-    if f["target"] is None:
-        return "reported"
-    op = "<=" if f["better"] == "lower" else ">="
-    return f"{op} {f['target']} {f['unit']}".strip()
-
+# ---------------------------------------------------------------- shared wording
 
 def cluster_name(meta: dict) -> str:
     """The cluster as a report names it: API server URL, server version, context."""
@@ -83,26 +70,111 @@ def cluster_name(meta: dict) -> str:
     return f"{c.get('server', '?')} (Kubernetes {c.get('version', '?')}, context {c.get('context') or '-'})"
 
 
+def _nodes(meta: dict) -> str:
+    n = meta.get("nodes")
+    if not n:
+        return "not read"
+    return (f"{n['real']} real ({n['gpus_real']} GPUs), {n['simulated']} simulated by KWOK "
+            f"({n['gpus_simulated']} GPUs)")
+
+
+def _controllers(meta: dict) -> str:
+    found = meta.get("controllers")
+    if found is None:
+        return "not read"
+    if not found:
+        return "no Deployment, DaemonSet or StatefulSet of the stack (controllers may run outside the cluster)"
+    return "; ".join(f"{c['component']}: {', '.join(c['images'])} ({c['ready']} ready)" for c in found)
+
+
+def _counts(s: dict) -> str:
+    return ", ".join(f"{s[k]} {k}" for k in verdicts.STATUSES)
+
+
+def _first_line(text: str, width: int) -> str:
+    return text.splitlines()[0][:width] if text else ""
+
+
+def _fmt_target(f: dict) -> str:
+    if f["target"] is None:
+        return "reported"
+    op = "<=" if f["better"] == "lower" else ">="
+    return f"{op} {f['target']} {f['unit']}".strip()
+
+
+def _identity_rows(data: dict) -> list[tuple[str, str]]:
+    m = data["meta"]
+    c = m.get("cluster") or {}
+    return [("API server", str(c.get("server", "?"))), ("Kubernetes", str(c.get("version", "?"))),
+            ("context", str(c.get("context") or "-")), ("nodes", _nodes(m)), ("controllers", _controllers(m)),
+            ("run", f"{m.get('run_id')} on {m.get('started')}, profile {m.get('profile')}, "
+                    f"{m.get('duration_s', 0):.0f} s"),
+            ("settings", str(m.get("settings", "-"))),
+            ("capabilities", ", ".join(f"{k}={v}" for k, v in (m.get("capabilities") or {}).items()) or "-")]
+
+
+# ---------------------------------------------------------------- JUnit
+
+def _junit(path: Path, reqs: dict, meta: dict) -> None:
+    """One testcase per requirement; its properties carry status (partial too), evidence and each test's."""
+    suite = ET.Element("testsuite", name="mpiplat-conformance", tests=str(len(reqs)),
+                       failures=str(sum(r["status"] == "failed" for r in reqs.values())),
+                       skipped=str(sum(r["status"] == "skipped" for r in reqs.values())),
+                       time=f"{meta.get('duration_s', 0):.1f}")
+    for rid, r in reqs.items():
+        case = ET.SubElement(suite, "testcase", classname="mpiplat.conformance", name=rid,
+                             time=f"{r['duration_s']:.2f}")
+        props = ET.SubElement(case, "properties")
+        pairs = [("status", r["status"]), ("evidence", r["evidence"] or "none")]
+        pairs += [("loosened", text) for text in r["loosened"]]
+        pairs += [("partial", note) for note in (r["notes"] if r["status"] == "partial" else [])]
+        pairs += [(f"test:{t['name']}", f"{t['status']} {t.get('evidence') or 'none'}") for t in r["tests"]]
+        for key, value in pairs:
+            ET.SubElement(props, "property", name=key, value=value)
+        if r["status"] == "failed":
+            ET.SubElement(case, "failure", message=r["message"][:500]).text = r["diagnosis"] or r["message"]
+        elif r["status"] == "skipped":
+            ET.SubElement(case, "skipped", message=r["message"][:500])
+        elif r["status"] == "partial":
+            ET.SubElement(case, "system-out").text = "partial: " + r["message"]
+    root = ET.Element("testsuites", name="mpiplat")
+    root.append(suite)
+    ET.ElementTree(root).write(path, encoding="unicode", xml_declaration=True)
+
+
+# ---------------------------------------------------------------- Markdown
+
 def _markdown(data: dict) -> str:
-    m, s = data["meta"], data["summary"]
-    lines = [f"# MPI training conformance report: {cluster_name(m)}", "",
-             f"- run {m.get('run_id')} on {m.get('started')}, profile `{m.get('profile')}`, "
-             f"duration {m.get('duration_s', 0):.0f} s",
-             f"- capabilities: {', '.join(f'{k}={v}' for k, v in m.get('capabilities', {}).items())}",
-             f"- **{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped**", "",
-             "| id | requirement | status | details |", "|---|---|---|---|"]
+    lines = [f"# MPI training conformance report: {cluster_name(data['meta'])}", ""]
+    lines += [f"- {k}: {v}" for k, v in _identity_rows(data)]
+    lines += ["", f"**Requirements: {_counts(data['summary'])}.**", "", "## By evidence level", "",
+              "| evidence | " + " | ".join(verdicts.STATUSES) + " | means |",
+              "|---|" + "---|" * len(verdicts.STATUSES) + "---|"]
+    for level, counts in data["by_evidence"].items():
+        lines.append(f"| {level} | " + " | ".join(str(counts[s]) for s in verdicts.STATUSES)
+                     + f" | {LEVEL_MEANS[level]} |")
+    if data["loosened"]:
+        lines += ["", "## Thresholds looser than the catalog's", "",
+                  "The settings chose these; the rows they serve are at best partial.", ""]
+        lines += [f"- {lo['text']} ({', '.join(lo['rows'])})" for lo in data["loosened"]]
+    lines += ["", "## Requirements", "", "| id | requirement | status | evidence | details |", "|---|---|---|---|---|"]
     for rid, r in data["requirements"].items():
         title = CATALOG.get(rid, {}).get("title", "")
-        detail = r["message"].splitlines()[0][:160] if r["message"] else ""
+        detail = _first_line(r["message"], 160)
         if r["status"] == "failed":
             detail = f"[diagnosis](#diagnosis-{rid.lower()}) {detail}"
-        lines.append(f"| {rid} | {title} | {r['status'].upper()} | {detail} |")
+        lines.append(f"| {rid} | {title} | {r['status'].upper()} | {r['evidence'] or '-'} | {detail} |")
     lines += ["", "## Figures against targets", "", "| id | figure | value | target | meets |", "|---|---|---|---|---|"]
     for f in data["figures"]:
         meets = "" if f["meets_target"] is None else ("yes" if f["meets_target"] else "**no**")
         lines.append(f"| {f['requirement']} | {f['name']} | {f['value']} {f['unit']} | {_fmt_target(f)} | {meets} |")
     if data["plots"]:
         lines += ["", "## Plots", ""] + [f"- {p['requirement']}: [{p['title']}]({p['file']})" for p in data["plots"]]
+    lines += ["", f"## Kubernetes AI Conformance ({AI_CONFORMANCE['checklist']}, also in {AI_FILE})", "",
+              "| requirement | level | status | evidence | our rows |", "|---|---|---|---|---|"]
+    for item in data["ai_conformance"]:
+        rows = ", ".join(f"{r['id']} {r['status']}" for r in item["rows"])
+        lines.append(f"| {item['id']} | {item['level']} | {item['status']} | {item['evidenceLevel'] or '-'} | {rows} |")
     failed = [(rid, r) for rid, r in data["requirements"].items() if r["status"] == "failed"]
     if failed:
         lines += ["", "## Diagnoses", ""]
@@ -111,49 +183,146 @@ def _markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------- HTML
+
+COLOR = {"passed": "#1a7f37", "partial": "#9a6700", "failed": "#cf222e", "skipped": "#6e7781"}
+STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin-bottom:1em}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
+pre{background:#f6f8fa;padding:1em;white-space:pre-wrap}.identity th{width:9em}.num{text-align:right}
+td:first-child{white-space:nowrap}"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _status(status: str) -> str:
+    return f"<span style='color:{COLOR[status]};font-weight:bold'>{status.upper()}</span>"
+
+
 def _html(data: dict, svgs: list[str]) -> str:
-    m, s = data["meta"], data["summary"]
-    color = {"passed": "#1a7f37", "failed": "#cf222e", "skipped": "#9a6700"}
+    identity = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _identity_rows(data))
+    head = "".join(f"<th>{s}</th>" for s in verdicts.STATUSES)
+    levels = "".join(f"<tr><td><b>{lv}</b></td>" + "".join(f"<td class=num>{c[s]}</td>" for s in verdicts.STATUSES)
+                     + f"<td>{_e(LEVEL_MEANS[lv])}</td></tr>" for lv, c in data["by_evidence"].items())
+    loose = ""
+    if data["loosened"]:
+        loose = ("<h2>Thresholds looser than the catalog's</h2><p>The settings chose these; the rows they serve "
+                 "are at best partial.</p><ul>" + "".join(f"<li>{_e(lo['text'])} ({_e(', '.join(lo['rows']))})</li>"
+                                                          for lo in data["loosened"]) + "</ul>")
     rows = []
     for rid, r in data["requirements"].items():
         link = f' <a href="#diag-{rid}">diagnosis</a>' if r["status"] == "failed" else ""
-        msg = html.escape(r["message"].splitlines()[0][:200]) if r["message"] else ""
-        rows.append(f"<tr><td>{rid}</td><td>{html.escape(CATALOG.get(rid, {}).get('title', ''))}</td>"
-                    f"<td style='color:{color[r['status']]};font-weight:bold'>{r['status'].upper()}</td>"
-                    f"<td>{msg}{link}</td></tr>")
+        rows.append(f"<tr id='req-{rid}'><td>{rid}</td><td>{_e(CATALOG.get(rid, {}).get('title', ''))}</td>"
+                    f"<td>{_status(r['status'])}</td><td>{r['evidence'] or '-'}</td>"
+                    f"<td>{_e(_first_line(r['message'], 200))}{link}</td></tr>")
     figs = []
     for f in data["figures"]:
         meets = "" if f["meets_target"] is None else ("yes" if f["meets_target"] else "<b>no</b>")
-        figs.append(f"<tr><td>{f['requirement']}</td><td>{html.escape(f['name'])}</td>"
-                    f"<td>{f['value']} {html.escape(f['unit'])}</td><td>{html.escape(_fmt_target(f))}</td>"
-                    f"<td>{meets}</td></tr>")
-    diags = "".join(f"<h3 id='diag-{rid}'>Diagnosis {rid}</h3><pre>{html.escape(r['diagnosis'] or r['message'])}</pre>"
+        figs.append(f"<tr><td>{f['requirement']}</td><td>{_e(f['name'])}</td><td>{f['value']} {_e(f['unit'])}</td>"
+                    f"<td>{_e(_fmt_target(f))}</td><td>{meets}</td></tr>")
+    ai = "".join(f"<tr><td>{_e(i['id'])}</td><td>{i['level']}</td><td>{_e(i['status'])}</td>"
+                 f"<td>{i['evidenceLevel'] or '-'}</td><td>"
+                 + ", ".join((f"<a href='#req-{r['id']}'>{r['id']}</a>" if r["status"] in verdicts.STATUSES
+                              else r["id"]) + f" {r['status']}" for r in i["rows"])
+                 + "</td></tr>" for i in data["ai_conformance"])
+    diags = "".join(f"<h3 id='diag-{rid}'>Diagnosis {rid}</h3><pre>{_e(r['diagnosis'] or r['message'])}</pre>"
                     for rid, r in data["requirements"].items() if r["status"] == "failed")
-    extra = "".join(f"<h2>{html.escape(p['requirement'])}: {html.escape(p['title'])}</h2>{svg}"
+    extra = "".join(f"<h2>{_e(p['requirement'])}: {_e(p['title'])}</h2>{svg}"
                     for p, svg in zip(data["plots"], svgs, strict=True))
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>mpiplat conformance</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
-padding:4px 8px;text-align:left}}pre{{background:#f6f8fa;padding:1em}}</style></head><body>
-<h1>MPI training conformance report: {html.escape(cluster_name(m))}</h1>
-<p>Run {html.escape(str(m.get('run_id')))} on {html.escape(str(m.get('started')))}, profile
-<code>{html.escape(str(m.get('profile')))}</code>, duration {m.get('duration_s', 0):.0f} s.
-<b>{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped.</b></p>
-<h2>Requirements</h2><table><tr><th>id</th><th>requirement</th><th>status</th><th>details</th></tr>{''.join(rows)}</table>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>mpiplat conformance: {_e(
+        (data['meta'].get('cluster') or {}).get('server', ''))}</title>
+<style>{STYLE}</style></head><body>
+<h1>MPI training conformance report</h1>
+<table class=identity>{identity}</table>
+<p><b>Requirements: {_e(_counts(data['summary']))}.</b></p>
+<h2>By evidence level</h2>
+<table><tr><th>evidence</th>{head}<th>means</th></tr>{levels}</table>
+{loose}
+<h2>Requirements</h2><table><tr><th>id</th><th>requirement</th><th>status</th><th>evidence</th><th>details</th></tr>
+{''.join(rows)}</table>
 <h2>Figures against targets</h2><table><tr><th>id</th><th>figure</th><th>value</th><th>target</th><th>meets</th></tr>
-{''.join(figs)}</table>{extra}{('<h2>Diagnoses</h2>' + diags) if diags else ''}
+{''.join(figs)}</table>{extra}
+<h2>Kubernetes AI Conformance ({_e(AI_CONFORMANCE['checklist'])}, also in {AI_FILE})</h2>
+<table><tr><th>requirement</th><th>level</th><th>status</th><th>evidence</th><th>our rows</th></tr>{ai}</table>
+{('<h2>Diagnoses</h2>' + diags) if diags else ''}
 </body></html>
 """
 
 
+# ---------------------------------------------------------------- checklist and AI conformance
+
 def _checklist(data: dict) -> str:
-    lines = ["# Conformance checklist (CNCF AI conformance style)", "",
-             "| id | requirement | status | evidence |", "|---|---|---|---|"]
+    lines = ["# Conformance checklist", "",
+             "| id | requirement | status | evidence level | evidence |", "|---|---|---|---|---|"]
     for rid, r in data["requirements"].items():
-        evidence = "; ".join(f"{f['name']}={f['value']}{f['unit']}" for f in data["figures"] if f["requirement"] == rid)
-        evidence = evidence or ", ".join(t["name"] for t in r["tests"])
-        mark = {"passed": "Implemented", "failed": "Not met", "skipped": "N/A"}[r["status"]]
-        lines.append(f"| {rid} | {CATALOG.get(rid, {}).get('title', '')} | {mark} | {evidence} |")
+        shown = "; ".join(f"{f['name']}={f['value']}{f['unit']}" for f in data["figures"] if f["requirement"] == rid)
+        shown = shown or ", ".join(f"{t['name']} ({t['status']})" for t in r["tests"])
+        mark = {"passed": "Implemented", "partial": "Partially implemented", "failed": "Not met",
+                "skipped": "Not shown"}[r["status"]]
+        lines.append(f"| {rid} | {CATALOG.get(rid, {}).get('title', '')} | {mark} | {r['evidence'] or '-'} | {shown} |")
     return "\n".join(lines) + "\n"
+
+
+def ai_conformance(data: dict) -> list[dict]:
+    """Each AI-conformance requirement of the catalog with its status from our rows' verdicts:
+    Not Implemented if a row failed; Implemented if every row passed; N/A if none passed or is partial
+    (skipped, not run, or a part no test checks; notes say which); else Partially Implemented.
+    evidenceLevel: the weakest level of the rows that passed or are partial."""
+    out = []
+    for ai_id, spec in AI_CONFORMANCE["requirements"].items():
+        rows = []
+        for rid, part in spec["rows"].items():
+            r = data["requirements"].get(rid)
+            part, unchecked = (part["part"], part.get("unchecked")) if isinstance(part, dict) else (part, None)
+            if unchecked:
+                rows.append({"id": rid, "part": part, "status": "not checked", "evidence": None, "message": unchecked})
+                continue
+            rows.append({"id": rid, "part": part, "status": r["status"] if r else "not run",
+                         "evidence": r["evidence"] if r else None,
+                         "message": _first_line(r["message"], 200) if r else "not in this run"})
+        states = {r["status"] for r in rows}
+        if "failed" in states:
+            status = "Not Implemented"
+        elif states == {"passed"}:
+            status = "Implemented"
+        elif states & {"passed", "partial"}:
+            status = "Partially Implemented"
+        else:
+            status = "N/A"
+        shown = [r["evidence"] for r in rows if r["status"] in ("passed", "partial") and r["evidence"]]
+        notes = "; ".join(f"{r['id']} ({r['part']}): {r['status']}"
+                          + (f", {r['evidence']}" if r["evidence"] else "")
+                          + (f": {r['message']}" if r["message"] and r["status"] != "passed" else "") for r in rows)
+        out.append({"id": ai_id, "category": spec["category"], "description": spec["description"],
+                    "level": spec["level"], "status": status,
+                    "evidenceLevel": min(shown, key=verdicts.LEVELS.index) if shown else None,
+                    "evidence": [f"report.html#req-{r['id']}" for r in rows if r["status"] in verdicts.STATUSES],
+                    "notes": notes, "rows": rows})
+    return out
+
+
+def _ai_yaml(data: dict) -> str:
+    m = data["meta"]
+    c = m.get("cluster") or {}
+    version = str(c.get("version") or "")
+    spec: dict[str, list] = {}
+    for item in data["ai_conformance"]:
+        spec.setdefault(item["category"], []).append(
+            {k: item[k] for k in ("id", "description", "level", "status", "evidence", "notes")}
+            | {"evidenceLevel": item["evidenceLevel"],
+               "mpiplatRows": [{k: r[k] for k in ("id", "part", "status", "evidence")} for r in item["rows"]]})
+    doc = {"metadata": {"kubernetesVersion": ".".join(version.split(".")[:2]) or None,
+                        "platformVersion": version or None, "apiServer": c.get("server"),
+                        "context": c.get("context")},
+           "mpiplat": {"checklist": AI_CONFORMANCE["checklist"], "run": m.get("run_id"), "started": m.get("started"),
+                       "profile": m.get("profile"), "report": "report.html"},
+           "spec": spec}
+    head = ("# Kubernetes AI Conformance evidence (PRODUCT.yaml style) from one mpiplat conformance run.\n"
+            "# status: from the verdicts of the rows in mpiplatRows; evidenceLevel: the weakest level those rows\n"
+            "# showed (real > simulated > objects). The vendor fields of a PRODUCT.yaml (platformName, vendorName,\n"
+            "# websiteUrl, ...) are the platform owner's to add.\n")
+    return head + yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
 def now() -> str:

@@ -1,4 +1,5 @@
-"""Conformance settings: load, validate against settings.schema.json, fill defaults."""
+"""Conformance settings: load, validate against settings.schema.json, fill defaults (the thresholds the
+catalog has figures for from catalog.yml, the rest from the schema)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from mpiplat.conformance.catalog import THRESHOLDS
 from mpiplat.errors import MpiplatError
 
 SCHEMA = json.loads((Path(__file__).with_name("settings.schema.json")).read_text())
@@ -39,8 +41,25 @@ class Settings:
     thresholds: dict[str, float]
     gpu_benchmark: dict = field(default_factory=dict)
     storage: dict = field(default_factory=dict)
+    timeouts: dict = field(default_factory=dict)
     source: str = ""
     raw: dict = field(default_factory=dict)
+
+    def test_timeout_s(self, requirement: str) -> float:
+        """How long pytest-timeout lets one test of `requirement` run: timeouts.test_s, plus the waits
+        that other settings lengthen (SCH-05's waits for eviction and readmission, the gpu sweep's
+        benchmark jobs), scaled for scale rows asked to do more than the catalog's figure."""
+        base, t = float(self.timeouts["test_s"]), self.thresholds
+        if requirement == "SCH-05":
+            return base + 2 * t["pods_ready_timeout_s"]
+        if requirement in ("PERF-01", "PERF-02"):  # one job per node count of the sweep
+            return base + len(self.gpu_benchmark["nodes"]) * self.gpu_benchmark["job_timeout_s"]
+        if requirement == "PERF-03":  # 1 and 4 workers
+            return base + 2 * self.gpu_benchmark["job_timeout_s"]
+        scale = {"SCALE-01": "scale_jobs", "SCALE-02": "scale_workers"}.get(requirement)
+        if scale:
+            return base * max(1.0, t[scale] / THRESHOLDS[scale].default)
+        return base
 
 
 def _defaults(schema: dict) -> dict:
@@ -61,7 +80,8 @@ def parse(data: dict, source: str = "<settings>") -> Settings:
     names = [t.name for t in teams]
     if len(set(names)) != len(names):
         raise SettingsError(f"{source}: settings field teams: duplicate team names {names}")
-    thresholds = {**_defaults(props["thresholds"]), **data.get("thresholds", {})}
+    catalog = {name: t.default for name, t in THRESHOLDS.items()}
+    thresholds = {**catalog, **_defaults(props["thresholds"]), **data.get("thresholds", {})}
     if thresholds["min_workers"] > thresholds["max_workers"]:
         raise SettingsError(f"{source}: settings field thresholds.min_workers ({thresholds['min_workers']}) is above "
                             f"thresholds.max_workers ({thresholds['max_workers']})")
@@ -82,6 +102,7 @@ def parse(data: dict, source: str = "<settings>") -> Settings:
         thresholds=thresholds,
         gpu_benchmark=gpu_benchmark,
         storage={**_defaults(props["storage"]), **data.get("storage", {})},
+        timeouts={**_defaults(props["timeouts"]), **data.get("timeouts", {})},
         source=source,
         raw=data,
     )

@@ -115,6 +115,66 @@ def test_the_launcher_gives_up_waiting_and_lets_mpirun_report(tmp_path):
     assert f"waited {jobs.TRAINJOB_DNS_WAIT_S}s" in done.stderr
 
 
+# ---------------------------------------------------------------- an MPIJob launcher waits for SSH to its workers
+
+def _ssh_bin(tmp_path: Path, hostfile: str, answers_after: dict[str, int]) -> dict[str, str]:
+    """PATH with `sleep` (instant), `sed` reading `hostfile` in the operator's file's place, and `ssh` that
+    refuses each host `answers_after[host]` times (-1: always), counting tries per host."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (tmp_path / "hostfile").write_text(hostfile)
+    cases = "".join(f'  {host}) limit={n};;\n' for host, n in answers_after.items())
+    scripts = {
+        "sleep": "#!/bin/sh\nexit 0\n",
+        "sed": (f'#!/bin/sh\n[ "$2" = {jobs.HOSTFILE} ] || exit 9\n'
+                f'exec {shutil.which("sed")} "$1" {tmp_path / "hostfile"}\n'),
+        "ssh": ("#!/bin/sh\nfor a; do h=$a; [ \"$a\" = true ] && h=$prev; prev=$a; done\n"
+                f'f={tmp_path}/tries-$h; n=$(cat "$f" 2>/dev/null || echo 0); echo $((n+1)) > "$f"\n'
+                f'case "$h" in\n{cases}esac\n'
+                '[ "$limit" -ge 0 ] && [ "$n" -ge "$limit" ] && exit 0\n'
+                'echo "ssh: connect to host $h port 2222: Connection refused" >&2; exit 255\n'),
+    }
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def _mpijob_launch(env: dict[str, str], implementation: str = "OpenMPI") -> subprocess.CompletedProcess:
+    command = jobs.mpijob(jobs.MPIJobSpec(name="j", implementation=implementation, command=["python3", "x.py"]))[
+        "spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    assert command[4] == "mpirun" and command[-2:] == ["python3", "x.py"]
+    return subprocess.run([*command[:4], "echo", "ran", *command[5:]], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
+@pytest.mark.parametrize("implementation, hostfile", [
+    ("OpenMPI", "j-worker-0.j.ns.svc slots=2\nj-worker-1.j.ns.svc slots=2\n"),
+    ("Intel", "j-worker-0.j.ns.svc:2\nj-worker-1.j.ns.svc:2\n"),
+])
+def test_the_mpijob_launcher_runs_mpirun_once_every_worker_answers_over_ssh(tmp_path, implementation, hostfile):
+    env = _ssh_bin(tmp_path, hostfile, {"j-worker-0.j.ns.svc": 2, "j-worker-1.j.ns.svc": 0})
+    done = _mpijob_launch(env, implementation)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "ran" and done.stdout.split()[-2:] == ["python3", "x.py"]
+    assert (tmp_path / "tries-j-worker-0.j.ns.svc").read_text().strip() == "3"
+    assert (tmp_path / "tries-j-worker-1.j.ns.svc").read_text().strip() == "1"
+    assert done.stderr == "mpiplat: waited 2s for the workers to answer over SSH\n"
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
+def test_the_mpijob_launcher_names_the_workers_that_never_answer_then_lets_mpirun_report(tmp_path):
+    env = _ssh_bin(tmp_path, "a slots=1\nb slots=1\nc slots=1\n", {"a": -1, "b": 0, "c": -1})
+    done = _mpijob_launch(env)
+    assert done.returncode == 0 and done.stdout.split()[0] == "ran"
+    assert (tmp_path / "tries-a").read_text().strip() == str(jobs.LAUNCHER_SSH_WAIT_S)
+    assert (tmp_path / "tries-c").read_text().strip() == "1"  # the wait is spent: one try
+    assert done.stderr.splitlines() == [
+        "ssh: connect to host a port 2222: Connection refused", "mpiplat: worker a did not answer over SSH",
+        "ssh: connect to host c port 2222: Connection refused", "mpiplat: worker c did not answer over SSH"]
+
+
 # ---------------------------------------------------------------- against the pinned Trainer
 
 @pytest.fixture(scope="module")

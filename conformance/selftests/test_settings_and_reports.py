@@ -8,8 +8,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
 
-from mpiplat.conformance import report
+from mpiplat.conformance import catalog, report
 from mpiplat.conformance.run import Figure
 from mpiplat.conformance.settings import SettingsError, load, parse
 
@@ -57,8 +58,8 @@ def test_every_suite_test_carries_a_catalog_id():
     ids = set()
     for path in SUITE.glob("test_*.py"):
         ids |= set(re.findall(r'requirement\("([A-Z]+-\d+)"', path.read_text()))
-    assert ids <= set(report.CATALOG)
-    sim = {rid for rid, r in report.CATALOG.items() if "sim" in r["where"]}
+    assert ids <= set(catalog.REQUIREMENTS)
+    sim = {rid for rid, r in catalog.REQUIREMENTS.items() if "sim" in r["where"]}
     assert sim - ids == set(), f"sim rows without a test: {sorted(sim - ids)}"
 
 
@@ -72,7 +73,7 @@ def test_reports_aggregate_per_requirement(tmp_path):
     figures = [Figure("JOB-06", "p95", 1.5, "s", 5.0), Figure("JOB-06", "slow", 9, "s", 5.0)]
     plot = {"requirement": "PERF-02", "title": "scaling efficiency", "svg": "<svg xmlns='http://www.w3.org/2000/svg'/>"}
     data = report.write(tmp_path, outcomes, figures, {"run_id": "r1", "profile": "simulated", "duration_s": 3}, [plot])
-    assert data["summary"] == {"passed": 0, "failed": 1, "skipped": 1}
+    assert data["summary"] == {"passed": 0, "partial": 0, "failed": 1, "skipped": 1}
     junit = ET.parse(tmp_path / "junit.xml").getroot()
     cases = {c.get("name"): c for c in junit.iter("testcase")}
     assert set(cases) == {"JOB-01", "PERF-02"}
@@ -86,3 +87,74 @@ def test_reports_aggregate_per_requirement(tmp_path):
     assert "PERF-02: scaling efficiency</h2><svg" in html and "(plot-1.svg)" in md
     assert (tmp_path / "plot-1.svg").read_text() == plot["svg"]
     assert "| JOB-01 |" in (tmp_path / "checklist.md").read_text()
+
+
+def _outcome(rid: str, name: str, status: str, evidence: str | None, message: str = "", partial=()) -> dict:
+    return {"requirement": rid, "name": name, "status": status, "duration_s": 1.0, "message": message,
+            "diagnosis": "", "evidence": evidence, "placed": [], "evidence_note": "", "partial": list(partial)}
+
+
+CLUSTER = {"server": "https://10.0.0.1:6443", "version": "v1.34.4", "context": "customer",
+           "node_summary": {"real": 2, "simulated": 0, "gpus_real": 16, "gpus_simulated": 0},
+           "controllers": [{"component": "kueue", "pinned": "v0.14.2", "kind": "Deployment",
+                            "namespace": "kueue-system", "name": "kueue-controller-manager",
+                            "images": ["registry.k8s.io/kueue/kueue:v0.14.2"], "ready": "1/1"}],
+           "controllers_not_found": [], "crds": [], "nodes": [], "errors": []}
+
+
+def test_every_report_shows_status_and_evidence_level(tmp_path):
+    outcomes = [
+        _outcome("ISO-03", "test_policies", "passed", "objects"),
+        _outcome("ISO-03", "test_enforced", "skipped", None, "needs real pods"),
+        _outcome("JOB-01", "test_openmpi", "passed", "real"),
+        _outcome("SCH-03", "test_borrowing", "partial", "simulated", "checks borrowing only",
+                 ["checks borrowing only"]),
+        _outcome("SCALE-01", "test_many", "passed", "simulated"),
+        _outcome("PERF-01", "test_busbw", "skipped", None, "needs gpus"),
+    ]
+    meta = {"run_id": "r2", "profile": "cluster", "duration_s": 9, "cluster": {k: CLUSTER[k] for k in
+                                                                               ("server", "version", "context")}}
+    data = report.write(tmp_path, outcomes, [], meta, loosened=catalog.loosened({"scale_jobs": 10}), cluster=CLUSTER)
+    verdict = {rid: (r["status"], r["evidence"]) for rid, r in data["requirements"].items()}
+    assert verdict == {"ISO-03": ("partial", "objects"), "JOB-01": ("passed", "real"),
+                       "SCH-03": ("partial", "simulated"), "SCALE-01": ("partial", "simulated"),
+                       "PERF-01": ("skipped", None)}
+    assert data["summary"] == {"passed": 1, "partial": 3, "failed": 0, "skipped": 1}
+
+    md = (tmp_path / "report.md").read_text()
+    assert "| ISO-03 | NetworkPolicies" in md and "| PARTIAL | objects | test_enforced skipped: needs real pods |" in md
+    assert "| PASSED | real |" in md and "| SKIPPED | - | needs gpus |" in md
+    assert "- scale_jobs 10, catalog 50 (SCALE-01)" in md
+    assert "| objects | 0 | 1 | 0 | 0 |" in md  # the summary by evidence level
+
+    page = (tmp_path / "report.html").read_text()
+    # It leads with the cluster's identity, then the summary by evidence level, then the rows.
+    order = [page.index(s) for s in ("https://10.0.0.1:6443", "2 real (16 GPUs)", "registry.k8s.io/kueue/kueue:v0.14.2",
+                                     "By evidence level", "scale_jobs 10, catalog 50", "<h2>Requirements</h2>")]
+    assert order == sorted(order)
+    assert "<tr id='req-ISO-03'><td>ISO-03</td>" in page and ">PARTIAL</span></td><td>objects</td>" in page
+    assert "<script" not in page
+
+    junit = ET.parse(tmp_path / "junit.xml").getroot()
+    props = {c.get("name"): [(p.get("name"), p.get("value")) for p in c.iter("property")]
+             for c in junit.iter("testcase")}
+    assert ("status", "partial") in props["ISO-03"] and ("evidence", "objects") in props["ISO-03"]
+    assert ("test:test_enforced", "skipped none") in props["ISO-03"]
+    assert ("loosened", "scale_jobs 10, catalog 50") in props["SCALE-01"]
+    assert ("evidence", "real") in props["JOB-01"] and ("evidence", "none") in props["PERF-01"]
+
+    checklist = (tmp_path / "checklist.md").read_text()
+    assert "| ISO-03 | NetworkPolicies: cross-namespace traffic to job pods denied, intra-job allowed | " \
+           "Partially implemented | objects |" in checklist
+    assert "| PERF-01 |" in checklist and "| Not shown | - |" in checklist
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["requirements"]["SCALE-01"]["loosened"] == ["scale_jobs 10, catalog 50"]
+    assert results["meta"]["nodes"] == CLUSTER["node_summary"]
+    assert json.loads((tmp_path / "cluster.json").read_text())["server"] == "https://10.0.0.1:6443"
+
+    ai = yaml.safe_load((tmp_path / "ai-conformance.yaml").read_text())
+    assert ai["metadata"]["kubernetesVersion"] == "v1.34"
+    [gang] = ai["spec"]["schedulingOrchestration"]
+    assert gang["id"] == "gang_scheduling" and gang["level"] == "MUST" and gang["status"] == "N/A"
+    assert [r["status"] for r in gang["mpiplatRows"]] == ["not run"] * 3

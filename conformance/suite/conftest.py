@@ -1,5 +1,5 @@
 """The conformance suite's pytest plugin: options, requirement ids, capabilities, throwaway
-namespaces, figures and reports.
+namespaces, per-test timeouts, evidence, figures, reports and the handover tarball.
 
     pytest conformance/suite [--kubeconfig K] [--context C] [--profile simulated|cluster|gpu|preflight]
         [--settings FILE] [--only IDS] [--keep] [--report-dir D] [--capability NAME=true|false]
@@ -16,10 +16,12 @@ import pytest
 
 from mpiplat import jobs
 from mpiplat.conformance import capabilities as caps
-from mpiplat.conformance import report
+from mpiplat.conformance import catalog, handover, report, snapshot
 from mpiplat.conformance.placement import Placement, placement
+from mpiplat.conformance.placement import level as placement_level
 from mpiplat.conformance.run import RUN_LABEL, Run
 from mpiplat.conformance.settings import SettingsError, load
+from mpiplat.conformance.verdicts import Evidence
 from mpiplat.kube import Kube, KubeconfigError
 
 SUITE = Path(__file__).resolve().parent
@@ -57,6 +59,7 @@ def pytest_configure(config):
     except SettingsError as err:
         raise pytest.UsageError(str(err)) from err
     config._mpiplat_outcomes = []
+    config._mpiplat_failures = []  # what handover.write packs for each failed test
     config._mpiplat_started = time.monotonic()
 
 
@@ -91,9 +94,12 @@ def _requirement(item) -> tuple[str, list[str]] | None:
 def pytest_collection_modifyitems(config, items):
     profile = config.getoption("--profile")
     only = {i.strip().upper() for i in (config.getoption("--only") or "").split(",") if i.strip()}
-    unknown = only - set(report.CATALOG)
+    unknown = only - set(catalog.REQUIREMENTS)
     if unknown:
         raise pytest.UsageError(f"--only: unknown requirement id(s) {sorted(unknown)}; see conformance/catalog.yml")
+    settings = config._mpiplat_settings
+    # Per-test timeouts from the settings, unless --timeout or the test's own marker says otherwise.
+    timed = config.pluginmanager.hasplugin("timeout") and config.getoption("timeout", None) is None
     keep, drop = [], []
     for item in items:
         if SUITE not in item.path.parents:  # other test folders of the repo, in the same session
@@ -104,9 +110,11 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid} carries no requirement id (@pytest.mark.requirement)")
         item.add_marker(pytest.mark.cluster)
         rid = req[0]
-        if rid not in report.CATALOG:
+        if rid not in catalog.REQUIREMENTS:
             raise pytest.UsageError(f"{item.nodeid}: requirement {rid} is not in conformance/catalog.yml")
-        where = report.CATALOG[rid]["where"]
+        if timed and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(settings.test_timeout_s(rid)))
+        where = catalog.REQUIREMENTS[rid]["where"]
         in_profile = PROFILES[profile](where) or (profile == "preflight" and item.get_closest_marker("read_only"))
         (keep if in_profile and (not only or rid in only) else drop).append(item)
     if drop:
@@ -126,6 +134,7 @@ def kube(pytestconfig):
     try:
         k = Kube(pytestconfig.getoption("--kubeconfig"), pytestconfig.getoption("--context"))
         pytestconfig._mpiplat_cluster = k.identity()
+        pytestconfig._mpiplat_kube = k
     except KubeconfigError as err:
         pytest.exit(f"error: {err}", returncode=pytest.ExitCode.USAGE_ERROR)
     return k
@@ -145,14 +154,18 @@ def capabilities(pytestconfig, kube, settings):
 
 
 @pytest.fixture(scope="session")
-def place(settings, capabilities):
+def place(pytestconfig, settings, capabilities):
     """place(real=False, node_selector=None, tolerations=()) -> Placement: where a job's pods go
     (mpiplat.conformance.placement): the settings' node selector and tolerations with a test's own
     merged in; unless `real`, on the cluster's KWOK nodes where it has any. Pods the suite makes
-    itself get it through placement.pod_spec."""
+    itself get it through placement.pod_spec. Each placement handed out counts for the running test's
+    evidence level (real, or simulated on KWOK nodes)."""
 
     def _place(*, real: bool = False, node_selector: dict[str, str] | None = None,
                tolerations: list[dict] | tuple = ()) -> Placement:
+        shown = getattr(getattr(pytestconfig, "_mpiplat_item", None), "_mpiplat_evidence", None)
+        if shown is not None:
+            shown.placed_pods(placement_level(real=real, kwok_nodes=capabilities.kwok_nodes))
         return placement(real=real, kwok_nodes=capabilities.kwok_nodes,
                          node_selector={**settings.node_selector, **(node_selector or {})},
                          tolerations=[*settings.tolerations, *tolerations])
@@ -225,6 +238,28 @@ def _read_only(*_args, **_kwargs):
     raise RuntimeError("the preflight profile is read-only: this test may not create namespaces")
 
 
+@pytest.fixture
+def evidence(request) -> Evidence:
+    """This test's evidence (mpiplat.conformance.verdicts.Evidence). The placement fixtures fill in what
+    its pods ran on; the test calls evidence.partial(reason) when it checks less than its catalog row
+    says, and evidence.at_most(level, reason) when it judged less than its pods could show (e.g. objects
+    only, although its pods ran)."""
+    return request.node._mpiplat_evidence
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Start the test's evidence: a read-only test creates nothing, so it shows objects at most."""
+    if _requirement(item) is None:
+        return
+    item._mpiplat_evidence = Evidence()
+    if item.get_closest_marker("read_only"):
+        item._mpiplat_evidence.at_most("objects", "read-only: it creates nothing")
+    run = getattr(item.config, "_mpiplat_run", None)
+    item._mpiplat_namespaces_from = len(run.namespaces) if run else 0
+    item.config._mpiplat_item = item
+
+
 @pytest.fixture(autouse=True)
 def _needs(request, capabilities):
     req = _requirement(request.node)
@@ -247,11 +282,29 @@ def pytest_runtest_makereport(item, call):
         message = rep.longrepr[2].removeprefix("Skipped: ")
     elif rep.outcome == "failed":
         message = str(getattr(rep.longrepr, "reprcrash", None) and rep.longrepr.reprcrash.message or rep.longrepr)
-    item.config._mpiplat_outcomes.append({
-        "requirement": req[0], "name": item.name, "status": rep.outcome, "duration_s": rep.duration,
-        "message": message, "diagnosis": getattr(item, "_mpiplat_diagnosis", ""),
-    })
-    rep._mpiplat_line = f"  {req[0]:9} {rep.outcome.upper():8} {rep.duration:6.1f}s  {item.name}"
+    shown = getattr(item, "_mpiplat_evidence", None) or Evidence()
+    outcome = {"requirement": req[0], "name": item.name, "duration_s": rep.duration, "message": message,
+               "diagnosis": getattr(item, "_mpiplat_diagnosis", ""), **shown.outcome(rep.outcome)}
+    if outcome["status"] == "partial":
+        outcome["message"] = "; ".join(outcome["partial"])
+    item.config._mpiplat_outcomes.append(outcome)
+    if rep.outcome == "failed":
+        _collect_failure(item, outcome)
+    rep._mpiplat_line = (f"  {req[0]:9} {outcome['status'].upper():8} {outcome['evidence'] or '-':9} "
+                         f"{rep.duration:6.1f}s  {item.name}")
+
+
+def _collect_failure(item, outcome: dict) -> None:
+    """A failed test's namespaces as the handover keeps them (snapshot.namespace), read now: the run
+    deletes them when the module ends."""
+    config = item.config
+    run, kube = getattr(config, "_mpiplat_run", None), getattr(config, "_mpiplat_kube", None)
+    names = run.namespaces[getattr(item, "_mpiplat_namespaces_from", 0):] if run else []
+    text = outcome["message"] + (f"\n\ndiagnosis:\n{outcome['diagnosis']}" if outcome["diagnosis"] else "")
+    config._mpiplat_failures.append({
+        "requirement": outcome["requirement"], "test": item.name, "message": text,
+        "namespaces": {ns: snapshot.namespace(kube, ns, config._mpiplat_settings.gpu_resource) for ns in names}
+        if kube else {}})
 
 
 def pytest_report_teststatus(report, config):
@@ -272,19 +325,26 @@ def pytest_sessionfinish(session, exitstatus):
     if not outcomes:
         return
     run = getattr(config, "_mpiplat_run", None)
+    settings = config._mpiplat_settings
+    kube = getattr(config, "_mpiplat_kube", None)
     meta = {"run_id": run.id if run else None, "started": report.now(), "profile": config.getoption("--profile"),
-            "cluster": getattr(config, "_mpiplat_cluster", {}), "settings": config._mpiplat_settings.source,
-            "capabilities": getattr(config, "_mpiplat_capabilities", {}),
-            "duration_s": time.monotonic() - config._mpiplat_started}
+            "cluster": getattr(config, "_mpiplat_cluster", {}), "settings": settings.source,
+            "capabilities": getattr(config, "_mpiplat_capabilities", {}), "thresholds": settings.thresholds,
+            "duration_s": time.monotonic() - config._mpiplat_started,
+            "handover": f"{handover.name(run.id if run else None)}.tar.gz"}
     out = Path(config.getoption("--report-dir"))
-    data = report.write(out, outcomes, run.figures if run else [], meta, run.plots if run else [])
-    s = data["summary"]
+    data = report.write(out, outcomes, run.figures if run else [], meta, run.plots if run else [],
+                        catalog.loosened(settings.thresholds),
+                        snapshot.cluster(kube, settings.gpu_resource) if kube else None)
+    tarball = handover.write(out, meta["run_id"], data["files"], config._mpiplat_failures)
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr:
         tr.write_sep("=", "mpiplat conformance")
         for rid, r in data["requirements"].items():
-            first = r["message"].splitlines()[0][:90] if r["message"] else ""
-            tr.write_line(f"  {rid:9} {r['status'].upper():8} {first}")
-        tr.write_line(f"requirements: {s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped "
-                      f"in {meta['duration_s']:.0f}s; reports in {out}/ (report.html, report.md, results.json, "
-                      f"junit.xml, checklist.md)")
+            first = r["message"].splitlines()[0][:80] if r["message"] else ""
+            tr.write_line(f"  {rid:9} {r['status'].upper():8} {r['evidence'] or '-':9} {first}")
+        for lo in data["loosened"]:
+            tr.write_line(f"  threshold looser than the catalog's: {lo['text']} ({', '.join(lo['rows'])})")
+        summary = ", ".join(f"{n} {s}" for s, n in data["summary"].items())
+        tr.write_line(f"requirements: {summary} in {meta['duration_s']:.0f}s; reports in {out}/ (report.html, "
+                      f"report.md, results.json, junit.xml, checklist.md, {report.AI_FILE}); handover {tarball}")

@@ -127,11 +127,11 @@ def test_bad_image_holds_the_job_before_training_with_a_pull_reason(kube, run, s
     assert "image" in found.remedy, str(found)
 
 
-# How long a job whose worker's SSH port is closed may take to fail. mpirun's ssh tries each host
-# ConnectionAttempts=10 times, 1 s apart (the job builder's ssh options): ~10 s where the CNI rejects
-# the connection (kube-router: "Connection refused"). Where it drops packets instead, each attempt waits
-# out the kernel's TCP connect timeout (about 2 min), so the job fails only after ~20 min: the test
-# fails at this bound and says so.
+# How long a job whose worker's SSH port is closed may take to fail. The launcher first tries
+# `ssh <worker> true` for LAUNCHER_SSH_WAIT_S, then mpirun's ssh tries each host ConnectionAttempts=10
+# times, 1 s apart (the job builder's ssh options): ~40-60 s where the CNI rejects the connection
+# (kube-router: "Connection refused"). Where it drops packets instead, each attempt waits out a
+# connect timeout, so the job fails only after many minutes: the test fails at this bound and says so.
 BLOCKED_TO_FAILED_S = 300
 
 

@@ -97,10 +97,14 @@ def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, 
 @pytest.mark.requirement("JOB-05")
 @pytest.mark.parametrize("workers", ["below", "above"])
 def test_worker_counts_outside_the_range_are_rejected_at_submit(kube, run, settings, mpijob_spec, workers):
+    """min_workers - 1 and max_workers + 1 (settings thresholds) are rejected at submit, with a message that
+    names the count and the range. Fails on a cluster without the worker-count guardrail, or with a wider range."""
     lo, hi = int(settings.thresholds["min_workers"]), int(settings.thresholds["max_workers"])
     count = lo - 1 if workers == "below" else hi + 1
     ns = run.namespace()
-    message, _ = _rejected(kube, _job(mpijob_spec, f"n{count}", ns, workers=max(count, 1)))
+    manifest = _job(mpijob_spec, f"n{count}", ns, workers=max(count, 1))
+    manifest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = count  # 0 where min_workers is 1
+    message, _ = _rejected(kube, manifest)
     assert f"MPIJob worker count {count} is outside the allowed range {lo}..{hi}" in message, message
 
 

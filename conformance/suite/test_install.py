@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
-from datetime import UTC, datetime
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from mpiplat.conformance import health
 from mpiplat.versions import load
 
 pytestmark = pytest.mark.read_only
@@ -33,50 +31,7 @@ def _served(crd) -> list[str]:
     return sorted(v.name for v in crd.spec.versions if v.served)
 
 
-def _api_message(err: ApiException) -> str:
-    try:
-        return json.loads(err.body)["message"]
-    except (TypeError, ValueError, KeyError):
-        return f"{err.status} {err.reason}"
-
-
-# ---- INS-01: controllers judged through the API server
-
-def _lease_renewed(kube, name: str) -> tuple[bool, str]:
-    """A leader-election Lease `name` (any namespace) whose renewTime advances while we watch: its
-    holder runs now. Judged by the Lease's own clock, so the skew between this machine and the
-    cluster does not matter."""
-    coord = client.CoordinationV1Api(kube.api_client)
-    leases = coord.list_lease_for_all_namespaces(field_selector=f"metadata.name={name}").items
-    if not leases:
-        return False, f"no leader-election Lease {name} in any namespace"
-    lease = max(leases, key=lambda le: le.spec.renew_time or datetime.min.replace(tzinfo=UTC))
-    where, first = f"{lease.metadata.namespace}/{name}", lease.spec.renew_time
-    watch_s = (lease.spec.lease_duration_seconds or 15) + 5  # a live holder renews well within its duration
-    deadline = time.monotonic() + watch_s
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        lease = coord.read_namespaced_lease(name, lease.metadata.namespace)
-        if lease.spec.holder_identity and lease.spec.renew_time and lease.spec.renew_time != first:
-            return True, f"Lease {where} renewed by {lease.spec.holder_identity}"
-    return False, (f"leader-election Lease {where} (holder {lease.spec.holder_identity or 'none'}) last renewed "
-                   f"{first.isoformat() if first else 'never'}, not renewed during the {watch_s}s watched")
-
-
-def _webhook_rejects(kube, create, webhook: str) -> tuple[bool, str]:
-    """Dry-run `create` (an object the controller's validating webhook must reject) on the server. A
-    rejection by that webhook proves it serves; "failed calling webhook" proves it does not."""
-    try:
-        create()
-    except ApiException as err:
-        msg = _api_message(err)
-        if "failed calling webhook" in msg:
-            return False, f"its webhook does not answer: {msg}"
-        if "denied the request" in msg and webhook in msg.split("denied the request")[0]:
-            return True, "its admission webhook answered a dry run"
-        return False, f"a dry run that its webhook should reject got {err.status}: {msg}"
-    return False, "a dry run that its webhook should reject was admitted: no webhook of it is registered"
-
+# ---- INS-01: CRDs served, controllers judged through the API server (mpiplat.conformance.health)
 
 def _trainer_webhook(kube) -> tuple[bool, str]:
     # Trainer's runtime validator requires the `node` container in the trainer ancestor's job.
@@ -88,7 +43,7 @@ def _trainer_webhook(kube) -> tuple[bool, str]:
             "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                          "spec": {"template": {"spec": {"containers": [{"name": "probe", "image": "busybox"}],
                                                         "restartPolicy": "Never"}}}}}]}}}}
-    return _webhook_rejects(kube, lambda: kube.custom.create_cluster_custom_object(
+    return health.webhook_rejects(lambda: kube.custom.create_cluster_custom_object(
         "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", runtime, dry_run="All"), "trainer")
 
 
@@ -101,41 +56,52 @@ def _jobset_webhook(kube) -> tuple[bool, str]:
             "name": "w", "replicas": 1,
             "template": {"spec": {"template": {"spec": {"containers": [{"name": "probe", "image": "busybox"}],
                                                         "restartPolicy": "Never"}}}}}]}}
-    return _webhook_rejects(kube, lambda: kube.custom.create_namespaced_custom_object(
+    return health.webhook_rejects(lambda: kube.custom.create_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", PROBE_NAMESPACE, "jobsets", jobset, dry_run="All"), "jobset")
 
 
-# (controller, what its Deployment's name contains, evidence where no Deployment runs it)
+# (controller, what its Deployment's name contains, what only the running controller does). mpi-operator
+# always elects a leader (Lease mpi-operator in its --lock-namespace); Trainer and JobSet serve webhooks.
 CONTROLLERS = (
-    ("mpi-operator", "mpi-operator", lambda kube: _lease_renewed(kube, "mpi-operator")),
-    ("trainer", "trainer", _trainer_webhook),
-    ("jobset", "jobset", _jobset_webhook),
+    ("mpi-operator", "mpi-operator", [lambda kube: health.lease_renewed(kube, "mpi-operator")]),
+    ("trainer", "trainer", [_trainer_webhook]),
+    ("jobset", "jobset", [_jobset_webhook]),
 )
 
 
-def _controller_health(kube, deployments, controller: str, match: str, evidence) -> tuple[bool, str]:
-    """Where the controller runs as Deployment(s): their availability. Otherwise (e.g. the local
-    reference cluster runs controllers as host processes) what it does through the API server."""
-    found = [d for d in deployments if match in d.metadata.name]
-    if found:
-        seen = [f"Deployment {d.metadata.namespace}/{d.metadata.name} {d.status.available_replicas or 0}/"
-                f"{d.spec.replicas if d.spec.replicas is not None else 1} available" for d in found]
-        return all((d.status.available_replicas or 0) >= 1 for d in found), "; ".join(seen)
-    ok, seen = evidence(kube)
-    return ok, f"no Deployment; {seen}"
+def _served_and_listable(kube, name: str, version: str) -> str | None:
+    """What is wrong with CRD `name` at `version` (None if nothing): it must be Established, serve the
+    version, and the API server must answer a list at it."""
+    crd = _crd(kube, name)
+    if crd is None:
+        return f"CRD {name} is missing"
+    if not any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
+        return f"CRD {name} is not Established"
+    if version not in _served(crd):
+        return f"CRD {name} serves {_served(crd)}, not {version}"
+    try:
+        kube.custom.list_cluster_custom_object(crd.spec.group, version, crd.spec.names.plural, limit=1)
+    except ApiException as err:
+        return f"CRD {name}: listing {crd.spec.group}/{version} {crd.spec.names.plural} answered {err.status}"
+    return None
 
 
 @pytest.mark.requirement("INS-01")
-def test_mpijob_and_trainer_apis_are_served_and_controllers_healthy(kube):
+def test_mpijob_and_trainer_apis_are_served_and_controllers_healthy(kube, request):
+    """CRDs Established, served and listable; mpi-operator, Trainer and JobSet healthy, judged through the API
+    server (mpiplat.conformance.health): their Deployments Available with Ready pods where they run as
+    Deployments, and in any case mpi-operator's leader-election Lease renewed and the Trainer and JobSet
+    webhooks answering a dry run (the local cluster runs them as host processes: no Deployment there).
+    Fails on a cluster whose mpi-operator is stopped or scaled to 0 (its Lease is not renewed), whose Trainer
+    or JobSet webhook does not answer, or that lacks one of the CRDs."""
     wanted = {"mpijobs.kubeflow.org": "v2beta1", "trainjobs.trainer.kubeflow.org": "v1alpha1",
               "trainingruntimes.trainer.kubeflow.org": "v1alpha1",
               "clustertrainingruntimes.trainer.kubeflow.org": "v1alpha1"}
-    for name, version in wanted.items():
-        crd = _crd(kube, name)
-        assert crd is not None, f"CRD {name} is missing"
-        assert version in _served(crd), f"CRD {name} serves {_served(crd)}, not {version}"
-    deployments = client.AppsV1Api(kube.api_client).list_deployment_for_all_namespaces().items
-    verdicts = {c: _controller_health(kube, deployments, c, match, evidence) for c, match, evidence in CONTROLLERS}
+    wrong = [w for name, version in wanted.items() if (w := _served_and_listable(kube, name, version))]
+    assert not wrong, "; ".join(wrong)
+    deployments = health.deployments(kube)
+    verdicts = {c: health.controller_health(kube, deployments, match, probes) for c, match, probes in CONTROLLERS}
+    request.node._mpiplat_diagnosis = "; ".join(f"{c}: {seen}" for c, (_, seen) in verdicts.items())
     unhealthy = {c: seen for c, (ok, seen) in verdicts.items() if not ok}
     assert not unhealthy, "controllers not healthy: " + "; ".join(f"{c}: {seen}" for c, seen in unhealthy.items())
 
@@ -165,7 +131,8 @@ def test_no_conflicting_mpijob_v1_and_crd_versions_as_pinned(kube):
 
 
 @pytest.mark.requirement("INS-04")
-def test_gpu_nodes_advertise_gpus(kube, settings, run):
+def test_gpu_nodes_advertise_gpus(kube, settings, run, evidence):
+    evidence.partial("DCGM metrics scrape is not checked: no test of the suite scrapes DCGM metrics yet")
     gpu_nodes = {n.metadata.name: int(n.status.allocatable.get(settings.gpu_resource, "0"))
                  for n in kube.core.list_node().items
                  if int((n.status.allocatable or {}).get(settings.gpu_resource, "0")) > 0 and not n.spec.unschedulable}

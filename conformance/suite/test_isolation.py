@@ -2,35 +2,113 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance.placement import Placement, pod_spec
 from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, wait_pods
 from mpiplat.kube import MPIJOB, label_selector
 
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+# What a job pod's ServiceAccount may not do in its namespace: (verb, API group, resource, subresource).
+SA_MUST_NOT = (("get", "", "secrets", ""), ("list", "", "secrets", ""), ("create", "", "pods", ""),
+               ("create", "", "pods", "exec"), ("create", "kubeflow.org", "mpijobs", ""),
+               ("delete", "kubeflow.org", "mpijobs", ""), ("create", "rbac.authorization.k8s.io", "rolebindings", ""))
+
+
+def _api_tokens(pod) -> list[str]:
+    """Where a pod gets a Kubernetes API token: containers' mounts of a projected serviceAccountToken
+    volume, or of anything at the token path."""
+    token_volumes = {v.name for v in pod.spec.volumes or [] if v.projected
+                     and any(src.service_account_token for src in v.projected.sources or [])}
+    return [f"{c.name}:{m.mount_path}" for c in [*(pod.spec.init_containers or []), *pod.spec.containers]
+            for m in c.volume_mounts or [] if m.name in token_volumes or m.mount_path.startswith(TOKEN_PATH)]
+
+
+def _team_service_account(kube, team, ns: str) -> tuple[bool | None, str]:
+    """The team namespace's default ServiceAccount's automountServiceAccountToken, laid onto the test
+    namespace's own default ServiceAccount (as ISO-03 lays the team's NetworkPolicies onto its own
+    namespace), and what was found."""
+    try:
+        automount = kube.core.read_namespaced_service_account("default", team.namespace).automount_service_account_token
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        return None, f"team namespace {team.namespace} has no default ServiceAccount"
+    deadline = time.monotonic() + 30  # Kubernetes creates a new namespace's default ServiceAccount
+    while automount is not None:
+        try:
+            kube.core.patch_namespaced_service_account("default", ns, {"automountServiceAccountToken": automount})
+            break
+        except ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    return automount, (f"team namespace {team.namespace}'s default ServiceAccount sets automountServiceAccountToken "
+                       f"{str(automount).lower()}" if automount is not None else
+                       f"team namespace {team.namespace}'s default ServiceAccount leaves automountServiceAccountToken "
+                       "unset (a token by default)")
+
+
+def _allowed(kube, user: str, ns: str, verb: str, resource: str, group: str, subresource: str = "",
+             groups: list[str] | None = None) -> bool:
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+        user=user, groups=groups, resource_attributes=client.V1ResourceAttributes(
+            namespace=ns, verb=verb, group=group, resource=resource, subresource=subresource or None)))
+    return client.AuthorizationV1Api(kube.api_client).create_subject_access_review(review).status.allowed
+
 
 @pytest.mark.requirement("ISO-02")
-def test_job_pods_get_no_api_token(kube, run, mpijob_spec):
-    ns = run.namespace()
-    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("tokenless", ns, workers=2,
-                                                launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
-    pods = wait_pods(kube, ns, f"{JOB_LABEL}=tokenless", all_running(3), timeout=120)
-    for pod in pods:
-        mounts = [m.mount_path for c in pod.spec.containers for m in (c.volume_mounts or [])]
-        assert "/var/run/secrets/kubernetes.io/serviceaccount" not in mounts, pod.metadata.name
-        assert pod.spec.service_account_name in (None, "default")
+def test_job_pods_get_no_api_token_by_default(kube, run, settings, mpijob_spec, request):
+    """The cluster's policy, not our job builder, keeps API tokens out of job pods: a job whose pod templates
+    leave automountServiceAccountToken unset is submitted to a namespace labelled for the first team (so
+    policies bound by that label apply) that carries the team namespace's default-ServiceAccount setting (the
+    tenancy role sets it false). Its pods must mount no API token, or an admission policy must reject the job
+    with a message about the token. And the ServiceAccount those pods run as in the team namespace may not
+    read secrets, create pods, exec into them, manage MPIJobs or bind roles there (least privilege).
+    Fails on a cluster where nothing prevents the token (a plain namespace's default ServiceAccount, no
+    guardrail), or where the team's job ServiceAccount was granted rights (e.g. edit bound to it)."""
+    team = settings.teams[0]
+    ns = run.namespace(team)
+    automount, policy = _team_service_account(kube, team, ns)
+    spec = mpijob_spec("token", ns, workers=2, automount_service_account_token=None,
+                       launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
+    how = ""
+    try:
+        kube.create(MPIJOB, jobs.mpijob(spec))
+    except ApiException as err:
+        if err.status not in (400, 403, 422):
+            raise
+        message = json.loads(err.body or "{}").get("message", str(err))
+        assert "token" in message.lower() or "automount" in message.lower(), \
+            f"the job was rejected, but not for its API token: {message}"
+        how = f"an admission policy rejects a job that does not turn the token off: {message}"
+    accounts = {"default"}
+    if not how:
+        pods = wait_pods(kube, ns, f"{JOB_LABEL}=token", lambda ps: len(ps) >= 3, timeout=120)  # 2 workers + launcher
+        tokens = {p.metadata.name: found for p in pods if (found := _api_tokens(p))}
+        assert not tokens, (f"pods of a job that leaves automountServiceAccountToken unset got an API token: {tokens}; "
+                            f"nothing in the cluster prevents it: {policy}, and no admission policy rejected or "
+                            "changed the job (the tenancy role's tenancy_automount_service_account_token: false)")
+        accounts = {p.spec.service_account_name or "default" for p in pods}
+        how = (policy if automount is False else "an admission policy set the pods' automountServiceAccountToken "
+               f"{sorted({str(p.spec.automount_service_account_token) for p in pods})}")
+    request.node._mpiplat_diagnosis = f"no API token in job pods: {how}"
+    granted = [f"{sa}: {verb} {resource}{'/' + sub if sub else ''}" for sa in sorted(accounts)
+               for verb, group, resource, sub in SA_MUST_NOT
+               if _allowed(kube, f"system:serviceaccount:{team.namespace}:{sa}", team.namespace, verb, resource,
+                           group, sub, groups=["system:serviceaccounts", f"system:serviceaccounts:{team.namespace}",
+                                               "system:authenticated"])]
+    assert not granted, (f"job pods' ServiceAccount in team namespace {team.namespace} is not least-privilege: "
+                         f"{granted}")
 
 
 ROLE_CHECKS = ("create", "get", "list", "delete")
-
-
-def _allowed(kube, user: str, ns: str, verb: str, resource: str, group: str, subresource: str = "") -> bool:
-    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-        user=user, resource_attributes=client.V1ResourceAttributes(
-            namespace=ns, verb=verb, group=group, resource=resource, subresource=subresource or None)))
-    return client.AuthorizationV1Api(kube.api_client).create_subject_access_review(review).status.allowed
 
 
 @pytest.mark.requirement("ISO-01")
@@ -78,10 +156,11 @@ def _namespace_with_team_policies(kube, run, settings) -> str:
 
 
 @pytest.mark.requirement("ISO-03")
-def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run, settings, mpijob_spec):
+def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run, settings, mpijob_spec, evidence):
     """The team namespace's NetworkPolicies, laid onto a running MPIJob: every job pod is selected by
     a policy, no rule admits other namespaces, and workers admit the launcher (SSH) and each other.
     (Objects only here; the cluster profile proves enforcement with a probe pod.)"""
+    evidence.at_most("objects", "the policies exist and select the job's pods; no traffic was tried")
     net = client.NetworkingV1Api(kube.api_client)
     ns = _namespace_with_team_policies(kube, run, settings)
     spec = mpijob_spec("np", ns, workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
@@ -114,8 +193,34 @@ def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run
     assert ssh_from_launcher
 
 
+def _launcher_phase(kube, ns: str, job: str) -> tuple[str, str]:
+    """The launcher pod's phase (Pending before the operator creates it) and its log."""
+    pods = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={job},{ROLE_LABEL}=launcher").items
+    if not pods or pods[0].status.phase == "Pending":
+        return "Pending", ""
+    return pods[0].status.phase, kube.core.read_namespaced_pod_log(pods[0].metadata.name, ns)
+
+
+def _wait_ranks_report(kube, ns: str, job: str, workers: set[str], timeout: float) -> None:
+    """Wait until the launcher's log has a "rank on <worker>" line from every worker: mpirun reached
+    them over SSH, its daemons called back, and the ranks' output came back."""
+    deadline = time.monotonic() + timeout
+    while True:
+        phase, log = _launcher_phase(kube, ns, job)
+        if all(f"rank on {w}" in log for w in workers):
+            return
+        if phase not in ("Pending", "Running") or time.monotonic() > deadline:
+            tail = "\n".join(log.splitlines()[-15:])
+            pytest.fail(f"under the team's NetworkPolicies the MPIJob's ranks did not all start within {timeout:.0f}s "
+                        f"(launcher {phase}): the policies block the job's own traffic? Its log ends:"
+                        f"\n{tail}")
+        time.sleep(1)
+
+
 PROBE_PORT = 2222  # the workers' sshd
 PROBE_FOR_S = 10
+# A deleted policy leaves the node's firewall at the network plugin's next sync: seconds.
+UNGUARDED_WITHIN_S = 60
 
 
 def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str], placed: Placement,
@@ -142,14 +247,19 @@ def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str]
 
 @pytest.mark.requirement("ISO-03", needs=["pod_network"])
 def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, place, mpijob_spec):
-    """Real traffic: a probe pod in another namespace cannot reach a worker's SSH port, while a pod
-    inside the job's namespace with the launcher's role can."""
+    """Real traffic under the team's policies: the job's own MPI traffic flows (mpirun starts its daemons
+    on both workers and the job keeps running); a probe pod in another namespace cannot reach a worker's
+    SSH port, while a pod inside the job's namespace with the launcher's role can. With the policies
+    removed, the same outside probe connects: the probe can tell. Fails on a cluster whose network
+    plugin ignores NetworkPolicies, or whose policies block the job's own traffic."""
     ns = _namespace_with_team_policies(kube, run, settings)
     image = settings.images["OpenMPI"]
-    spec = mpijob_spec("np", ns, real=True, workers=2, image=image, command=["sleep", "600"])
+    spec = mpijob_spec("np", ns, real=True, workers=2, image=image,
+                       command=["sh", "-c", "echo rank on $(hostname); exec sleep 600"])
     kube.create(MPIJOB, jobs.mpijob(spec))
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=np,{ROLE_LABEL}=worker", all_running(2), timeout=300)
     ip = pods[0].status.pod_ip
+    _wait_ranks_report(kube, ns, "np", {p.metadata.name for p in pods}, timeout=jobs.LAUNCHER_SSH_WAIT_S + 60)
     inside = _probe(kube, ns, "probe-inside", ip, image,
                     {"mpiplat.io/probe": "inside", JOB_LABEL: "np", ROLE_LABEL: "launcher"}, place(real=True))
     outsider_ns = run.namespace()
@@ -158,3 +268,14 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
     assert inside == "OPEN", f"a launcher-role pod in the job's namespace could not reach {ip}:{PROBE_PORT}: {inside}"
     assert outside == "CLOSED", (f"a pod in namespace {outsider_ns} reached worker {ip}:{PROBE_PORT}: the "
                                  "NetworkPolicies exist but are not enforced (does the cluster's CNI support them?)")
+    phase, _ = _launcher_phase(kube, ns, "np")
+    assert phase == "Running", f"the job's launcher is {phase}: a worker is gone, so CLOSED proves nothing"
+    # The probe can tell: with the team's policies removed, the same outsider connects.
+    net = client.NetworkingV1Api(kube.api_client)
+    for pol in net.list_namespaced_network_policy(ns).items:
+        net.delete_namespaced_network_policy(pol.metadata.name, ns)
+    unguarded = _probe(kube, outsider_ns, "probe-unguarded", ip, image, {"mpiplat.io/probe": "unguarded"},
+                       place(real=True), within=UNGUARDED_WITHIN_S)
+    assert unguarded == "OPEN", (f"with the policies removed, a pod in namespace {outsider_ns} still could not "
+                                 f"reach worker {ip}:{PROBE_PORT} ({unguarded}): the probe cannot tell enforcement "
+                                 "from a broken pod network")

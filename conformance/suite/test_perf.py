@@ -65,18 +65,32 @@ def test_allreduce_bus_bandwidth_per_node_count(sweep, run):
 
 
 @pytest.mark.requirement("PERF-02", needs=NEEDS)
-def test_scaling_efficiency_meets_the_targets(sweep, run, settings):
+def test_scaling_efficiency_meets_the_targets(sweep, run, settings, evidence):
+    """DDP scaling efficiency against the settings' targets at 8 and 16 nodes (efficiency_8_nodes,
+    efficiency_16_nodes). A sweep (gpu_benchmark.nodes) that stops below 8 nodes fails at once: the row's
+    first target cannot be judged. One that reaches 8 but not 16 judges 8 only and says so (the 16-node
+    target is then not shown). Fails on a cluster whose efficiency at 8 (or 16) nodes is below its target,
+    or that cannot run the 8-node point."""
     gpn, nodes = sweep.cfg["gpus_per_node"], sweep.cfg["nodes"]
+    targets = {n: settings.thresholds[f"efficiency_{n}_nodes"] for n in (8, 16)}
+    if max(nodes) < 8:
+        pytest.fail(f"settings gpu_benchmark.nodes {nodes} stops at {max(nodes)} nodes: scaling efficiency at 8 nodes "
+                    f"(target {targets[8]:.0%}) is not measured; add 8 (and 16) to the sweep, on a cluster with "
+                    "that many GPU nodes", pytrace=False)
+    judged = {n: t for n, t in targets.items() if n <= max(nodes)}
+    unjudged = sorted(set(targets) - set(judged))
+    if unjudged:
+        evidence.partial(f"efficiency at {' and '.join(map(str, unjudged))} nodes not measured (gpu_benchmark.nodes "
+                         f"{nodes}): target {', '.join(f'{targets[n]:.0%}' for n in unjudged)} not judged")
     points = scaling.analyse({n: sweep.ddp_throughput(n, gpn) for n in nodes})
-    targets = {n: settings.thresholds[f"efficiency_{n}_nodes"] for n in (8, 16) if n <= max(nodes)}
     for p in points:
         run.record("PERF-02", f"DDP throughput, {p.nodes} node(s) x {gpn} GPUs", p.throughput, "samples/s",
                    better="higher")
         run.record("PERF-02", f"scaling efficiency at {p.nodes} node(s)", p.efficiency, "",
                    target=targets.get(p.nodes), better="higher")
     run.plots.append({"requirement": "PERF-02", "title": f"DDP scaling efficiency ({gpn} GPUs per node)",
-                      "svg": scaling.svg_plot(points, targets)})
-    failures = scaling.efficiency_failures(points, targets)
+                      "svg": scaling.svg_plot(points, judged)})
+    failures = scaling.efficiency_failures(points, judged)
     assert not failures, "; ".join(failures)
 
 

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
-from mpiplat.conformance.watch import JOB_LABEL, condition_times
+from mpiplat.conformance import health
+from mpiplat.conformance.run import RUN_LABEL
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, condition_times, wait_pods
 from mpiplat.diagnose import diagnose
-from mpiplat.kube import CLUSTERQUEUE, MPIJOB, TRAINJOB, WORKLOAD, has_condition
+from mpiplat.kube import CLUSTERQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kind, condition, has_condition
 from mpiplat.queues import gpu_capacity
+
+PROBE_NAMESPACE = "default"  # namespaced dry runs need an existing namespace; they create nothing
+WORKLOAD_PRIORITY_CLASS = Kind("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses")
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # names a job's Kueue WorkloadPriorityClass
+# How long the suite waits for Kueue to admit a job that fits, or to make room for it by preemption.
+ADMISSION_TIMEOUT_S = 120
+LONG = "600s"  # a job that must still run when the test is over (it is deleted then)
 
 
 def _team(settings, i: int = 0):
@@ -20,8 +31,26 @@ def _team(settings, i: int = 0):
     return settings.teams[i]
 
 
-def _job(mpijob_spec, name: str, ns: str, workers: int, **kw) -> dict:
-    return jobs.mpijob(mpijob_spec(name, ns, workers=workers, gpus_per_worker=1, queue="lq", **kw))
+def _job(mpijob_spec, name: str, ns: str, workers: int, gpus_per_worker: int = 1, **kw) -> dict:
+    return jobs.mpijob(mpijob_spec(name, ns, workers=workers, gpus_per_worker=gpus_per_worker, queue="lq", **kw))
+
+
+def _shape(gpus: int, min_workers: int) -> tuple[int, int]:
+    """(workers, GPUs per worker) of a job of `gpus` GPUs: at most 2 GPUs a worker (the workers then fit
+    nodes that other pods partly use) and at least `min_workers` workers (the guardrail's minimum)."""
+    for per in (2, 1):
+        if gpus % per == 0 and gpus // per >= min_workers:
+            return gpus // per, per
+    pytest.skip(f"a job of {gpus} GPUs cannot have {min_workers} workers or more (settings thresholds.min_workers)")
+
+
+def _sized_job(mpijob_spec, settings, name: str, ns: str, gpus: int, **kw) -> dict:
+    workers, per = _shape(gpus, int(settings.thresholds["min_workers"]))
+    return _job(mpijob_spec, name, ns, workers, gpus_per_worker=per, **kw)
+
+
+def _after(duration: str) -> dict:
+    return {"launcher_annotations": {jobs.COMPLETE_AFTER: duration}}
 
 
 def _workload(kube, ns: str, job: str, timeout: float = 30) -> dict:
@@ -39,6 +68,90 @@ def _pods(kube, ns: str, job: str) -> list:
     return kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={job}").items
 
 
+def _ts(value: str) -> datetime:
+    """An API timestamp (RFC 3339, whole seconds) as an aware datetime."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _since(obj: dict, ctype: str) -> datetime | None:
+    """When condition `ctype` last became True (its lastTransitionTime), or None while it is not True."""
+    c = condition(obj, ctype)
+    return _ts(c["lastTransitionTime"]) if c and c.get("status") == "True" else None
+
+
+def _admitted(kube, ns: str, job: str, timeout: float = ADMISSION_TIMEOUT_S, why: str = "") -> dict:
+    """The job's Workload once it holds quota (QuotaReserved True); fails with its last status otherwise."""
+    name = _workload(kube, ns, job)["metadata"]["name"]
+    try:
+        return kube.wait_for(WORKLOAD, name, ns, lambda w: has_condition(w, "QuotaReserved"), timeout=timeout,
+                             what="quota reservation (admission)")
+    except TimeoutError as err:
+        pytest.fail(f"{ns}/{job} was not admitted within {timeout:.0f}s{why}; {err}")
+
+
+def _remove_jobs(kube, ns: str, timeout: float = 120) -> None:
+    """Delete the namespace's MPIJobs and wait until their Workloads are gone, so that their quota (and a
+    preempted job, which Kueue would admit again) is free for the tests that follow."""
+    for job in kube.list(MPIJOB, ns):
+        kube.delete(MPIJOB, job["metadata"]["name"], ns)
+    deadline = time.monotonic() + timeout
+    while kube.list(WORKLOAD, ns) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _capacity(kube, settings, cluster_queue: str, timeout: float = 30):
+    """gpu_capacity of the ClusterQueue once the ClusterQueues' status has caught up with their Workloads:
+    Kueue writes it a moment after an admission or a job's end, and the suite sizes its jobs by it (a stale
+    figure makes a job that should need to borrow, or to preempt, fit)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        holding: dict[str, int] = {}
+        for w in kube.custom.list_cluster_custom_object(WORKLOAD.group, WORKLOAD.version, WORKLOAD.plural)["items"]:
+            cq = ((w.get("status") or {}).get("admission") or {}).get("clusterQueue")
+            if cq and has_condition(w, "QuotaReserved") and not has_condition(w, "Finished"):
+                holding[cq] = holding.get(cq, 0) + 1
+        cqs = kube.custom.list_cluster_custom_object(CLUSTERQUEUE.group, CLUSTERQUEUE.version, CLUSTERQUEUE.plural)
+        reserving = {c["metadata"]["name"]: int((c.get("status") or {}).get("reservingWorkloads") or 0)
+                     for c in cqs["items"]}
+        stale = [name for name, n in reserving.items() if n != holding.get(name, 0)]
+        if not stale or time.monotonic() > deadline:
+            return gpu_capacity(kube, cluster_queue, settings.gpu_resource)
+        time.sleep(0.5)
+
+
+def _idle_capacity(kube, settings, cluster_queue: str, timeout: float = 60):
+    """_capacity of the ClusterQueue once every ClusterQueue of its cohort holds and queues nothing: the
+    rows that show an order of events (who waits, who is admitted, who is preempted) need no other job
+    to end or arrive meanwhile. Waits up to `timeout` seconds, then skips, naming the busy queues."""
+    deadline = time.monotonic() + timeout
+    while True:
+        cap = _capacity(kube, settings, cluster_queue)
+        cqs = kube.custom.list_cluster_custom_object(CLUSTERQUEUE.group, CLUSTERQUEUE.version, CLUSTERQUEUE.plural)
+        cohort = next((_cohort(c) for c in cqs["items"] if c["metadata"]["name"] == cluster_queue), "")
+        busy = {c["metadata"]["name"]: {k: (c.get("status") or {}).get(k) for k in ("reservingWorkloads",
+                                                                                   "pendingWorkloads")}
+                for c in cqs["items"] if c["metadata"]["name"] == cluster_queue or (cohort and _cohort(c) == cohort)}
+        busy = {name: st for name, st in busy.items() if any(st.values())}
+        if not busy:
+            return cap
+        if time.monotonic() > deadline:
+            pytest.skip(f"needs ClusterQueue {cluster_queue} and its cohort idle; after {timeout:.0f}s still busy: "
+                        f"{busy}")
+        time.sleep(1)
+
+
+def _cq_gpus(kube, name: str, gpu: str) -> dict[str, int]:
+    """The ClusterQueue's GPU reservation from its status: {"total": n, "borrowed": n}."""
+    cq = kube.get(CLUSTERQUEUE, name)
+    out = {"total": 0, "borrowed": 0}
+    for flavor in (cq.get("status") or {}).get("flavorsReservation") or []:
+        for r in flavor.get("resources") or []:
+            if r["name"] == gpu:
+                out["total"] += int(str(r.get("total", 0)))
+                out["borrowed"] += int(str(r.get("borrowed", 0)))
+    return out
+
+
 def _kueue_suspends(kube, kind, manifest: dict) -> bool:
     """Whether Kueue's webhook suspends a queue-labelled job: a server-side dry run, which changes nothing."""
     created = kube.custom.create_namespaced_custom_object(kind.group, kind.version, manifest["metadata"]["namespace"],
@@ -47,109 +160,345 @@ def _kueue_suspends(kube, kind, manifest: dict) -> bool:
     return bool(spec.get("runPolicy", {}).get("suspend") if kind == MPIJOB else spec.get("suspend"))
 
 
+# ---- INS-03
+
+# The Lease of a Kueue that elects a leader (its chart's leaderElection.resourceName), and the key of
+# its manager configuration in the ConfigMap a Kueue Deployment mounts (the chart's kueue-manager-config).
+KUEUE_LEASE = "c1f6bfd2.kueue.x-k8s.io"
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+FRAMEWORKS = {"kubeflow.org/mpijob": MPIJOB, "trainer.kubeflow.org/trainjob": TRAINJOB}
+
+
+def _kueue_deployment_configs(kube, deployments: list) -> dict[str, dict]:
+    """Kueue's manager configuration, by 'namespace/ConfigMap', from the ConfigMaps its Deployments mount."""
+    out = {}
+    for d in deployments:
+        if "kueue" not in d.metadata.name:
+            continue
+        for vol in d.spec.template.spec.volumes or []:
+            if not vol.config_map:
+                continue
+            try:
+                cm = kube.core.read_namespaced_config_map(vol.config_map.name, d.metadata.namespace)
+            except ApiException as err:
+                if err.status == 404:
+                    continue
+                raise
+            text = (cm.data or {}).get(KUEUE_CONFIG_KEY)
+            if text:
+                out[f"{d.metadata.namespace}/{cm.metadata.name}"] = yaml.safe_load(text) or {}
+    return out
+
+
 @pytest.mark.read_only
 @pytest.mark.requirement("INS-03")
-def test_kueue_integrations_and_every_team_queue_active(kube, settings, mpijob_spec, trainjob_spec):
-    # Kueue manages a framework when its webhook suspends that framework's queued jobs until admission.
-    ns = "default"
+def test_kueue_integrations_and_every_team_queue_active(kube, settings, mpijob_spec, trainjob_spec, request):
+    """Kueue is healthy: its Deployment Available with Ready pods where it runs as one, its leader-election
+    Lease renewed where it elects a leader, its webhook answering (mpiplat.conformance.health; the local
+    cluster runs Kueue as a host process without leader election, so there its webhook is the evidence).
+    Its configuration, from the ConfigMap its Deployment mounts where it has one, lists the mpijob and
+    trainjob integrations, and it does manage both: a queued job of each is suspended on a dry run. Every
+    ClusterQueue of the cluster is Active and the settings' teams' ClusterQueues exist.
+    Fails on a cluster whose Kueue is stopped (its webhook does not answer), runs without the mpijob or
+    trainjob integration, or has a ClusterQueue that is not Active (e.g. its ResourceFlavor is missing)."""
+    ns = PROBE_NAMESPACE
     probes = {"kubeflow.org/mpijob": (MPIJOB, jobs.mpijob(mpijob_spec("ins03-probe", ns, queue="lq"))),
               "trainer.kubeflow.org/trainjob": (TRAINJOB, jobs.trainjob(trainjob_spec("ins03-probe", ns, queue="lq")))}
-    unmanaged = []
+    suspended, unmanaged, unreachable = [], [], []
     for framework, (kind, manifest) in probes.items():
         try:
-            if not _kueue_suspends(kube, kind, manifest):
+            if _kueue_suspends(kube, kind, manifest):
+                suspended.append(framework)
+            else:
                 unmanaged.append(f"{framework}: a queued job was not suspended (the integration is off)")
         except ApiException as err:
-            unmanaged.append(f"{framework}: dry run answered {err.status} {err.reason}: {(err.body or '')[:300]}")
-    assert not unmanaged, "Kueue does not manage: " + "; ".join(unmanaged)
-    inactive = []
-    for team in settings.teams:
-        try:
-            cq = kube.get(CLUSTERQUEUE, team.cluster_queue)
-        except ApiException as err:
-            inactive.append(f"{team.cluster_queue}: {err.status}")
-            continue
-        if not has_condition(cq, "Active"):
-            inactive.append(team.cluster_queue)
-    assert not inactive, f"ClusterQueues missing or not Active: {inactive}"
+            msg = health.api_message(err)
+            (unreachable if "failed calling webhook" in msg else unmanaged).append(
+                f"{framework}: dry run answered {err.status}: {msg[:300]}")
 
+    def webhook(_kube) -> health.Evidence:
+        if unreachable:
+            return False, "its webhook does not answer: " + "; ".join(unreachable)
+        return (True, f"its webhook suspended queued jobs ({', '.join(suspended)}) on dry runs") if suspended else None
+
+    deployments = health.deployments(kube)
+    ok, seen = health.controller_health(kube, deployments, "kueue", [
+        lambda k: health.lease_renewed(k, KUEUE_LEASE, required=False), webhook])
+    configs = _kueue_deployment_configs(kube, deployments)
+    request.node._mpiplat_diagnosis = f"Kueue: {seen}; configuration: " + (
+        ", ".join(configs) if configs else "no ConfigMap (not run as a Deployment here), judged by its webhook")
+    assert ok, f"Kueue is not healthy: {seen}"
+    lacking = {where: sorted(set(FRAMEWORKS) - set((conf.get("integrations") or {}).get("frameworks") or []))
+               for where, conf in configs.items()}
+    assert not any(lacking.values()), f"Kueue's configuration lacks integrations: {lacking}"
+    assert not unmanaged, "Kueue does not manage: " + "; ".join(unmanaged)
+    listed = kube.custom.list_cluster_custom_object(CLUSTERQUEUE.group, CLUSTERQUEUE.version, CLUSTERQUEUE.plural)
+    cqs = {c["metadata"]["name"]: c for c in listed["items"]}
+    absent = [t.cluster_queue for t in settings.teams if t.cluster_queue and t.cluster_queue not in cqs]
+    inactive = [f"{name} ({(condition(cq, 'Active') or {}).get('reason', 'no Active condition')}: "
+                f"{(condition(cq, 'Active') or {}).get('message', '')})"
+                for name, cq in sorted(cqs.items()) if not has_condition(cq, "Active")]
+    assert not absent, f"the settings' ClusterQueues {absent} do not exist"
+    assert not inactive, f"ClusterQueues not Active: {inactive}"
+
+
+# ---- SCH
 
 @pytest.mark.requirement("SCH-01")
 def test_gang_two_jobs_that_fit_alone_but_not_together(kube, run, settings, mpijob_spec):
     team = _team(settings)
-    cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
+    cap = _idle_capacity(kube, settings, team.cluster_queue)
     size = cap.available // 2 + 1
     if cap.available < 2 or size > cap.available:
         pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} GPUs available; needs 2 or more idle")
     ns = run.namespace(team)
-    kube.create(MPIJOB, _job(mpijob_spec, "first", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
-    condition_times(kube, MPIJOB, "first", ns, until=("Running",), timeout=120)
-    kube.create(MPIJOB, _job(mpijob_spec, "second", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "3s"}))
-    wl = _workload(kube, ns, "second")
-    time.sleep(3)
-    wl = kube.get(WORKLOAD, wl["metadata"]["name"], ns)
-    assert not has_condition(wl, "QuotaReserved"), "the second job was admitted although it cannot fit"
-    assert _pods(kube, ns, "second") == [], "the queued job has pods: no gang admission"
-    run.record("SCH-01", "GPUs per job (each fits alone)", size)
+    try:
+        kube.create(MPIJOB, _job(mpijob_spec, "first", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
+        condition_times(kube, MPIJOB, "first", ns, until=("Running",), timeout=120)
+        kube.create(MPIJOB, _job(mpijob_spec, "second", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "3s"}))
+        wl = _workload(kube, ns, "second")
+        time.sleep(3)
+        wl = kube.get(WORKLOAD, wl["metadata"]["name"], ns)
+        assert not has_condition(wl, "QuotaReserved"), "the second job was admitted although it cannot fit"
+        assert _pods(kube, ns, "second") == [], "the queued job has pods: no gang admission"
+        run.record("SCH-01", "GPUs per job (each fits alone)", size)
+    finally:
+        _remove_jobs(kube, ns)
 
 
 @pytest.mark.requirement("SCH-02")
-def test_queued_job_is_admitted_when_quota_frees(kube, run, settings, mpijob_spec):
+def test_queued_job_is_admitted_when_quota_frees(kube, run, settings, mpijob_spec, request):
+    """A job waits while a first one (the hog) holds too many of the team's GPUs for both, and is admitted
+    automatically once the hog finishes. Shown by the API's own timestamps: the queued job's Workload was
+    created before the hog's Succeeded, and got its quota (QuotaReserved) no earlier than that.
+    Fails on a cluster where the queued job is never admitted (Kueue stopped, or a finished job's quota never
+    released), or is admitted while the hog still runs (quota not enforced)."""
     team = _team(settings)
-    cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
-    if cap.available < 3:
-        pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} idle GPUs; needs 3 or more")
+    lo = int(settings.thresholds["min_workers"])
+    cap = _idle_capacity(kube, settings, team.cluster_queue)
+    nxt = 2 * lo  # the queued job: lo workers x 2 GPUs
+    hog = cap.available - nxt + 2  # leaves 2 GPUs free: too few for the queued job until the hog finishes
+    if hog < lo:
+        pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} GPUs available; needs {3 * lo - 2}")
     ns = run.namespace(team)
-    # The hog leaves one GPU free: too few for the next job's 2 workers until the hog finishes.
-    kube.create(MPIJOB, _job(mpijob_spec, "hog", ns, cap.available - 1,
-                             launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
-    condition_times(kube, MPIJOB, "hog", ns, until=("Running",), timeout=120)
-    kube.create(MPIJOB, _job(mpijob_spec, "next", ns, 2, launcher_annotations={jobs.COMPLETE_AFTER: "2s"}))
-    wl = _workload(kube, ns, "next")
-    assert not has_condition(kube.get(WORKLOAD, wl["metadata"]["name"], ns), "QuotaReserved")
-    seen = condition_times(kube, MPIJOB, "next", ns, until=("Succeeded", "Failed"), timeout=180)
-    assert "Succeeded" in seen, seen
-    assert has_condition(kube.get(MPIJOB, "hog", ns), "Succeeded")
+    try:
+        kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "hog", ns, hog, **_after("30s")))
+        condition_times(kube, MPIJOB, "hog", ns, until=("Running",), timeout=ADMISSION_TIMEOUT_S)
+        kube.create(MPIJOB, _job(mpijob_spec, "next", ns, lo, gpus_per_worker=2, **_after("2s")))
+        created = _ts(_workload(kube, ns, "next")["metadata"]["creationTimestamp"])
+        admitted = _since(_admitted(kube, ns, "next", timeout=ADMISSION_TIMEOUT_S + 30,
+                                    why=" after the first job finished"), "QuotaReserved")
+        first = kube.get(MPIJOB, "hog", ns)
+        finished = _since(first, "Succeeded")
+        assert finished, f"the first job has not succeeded although the queued one was admitted: {first.get('status')}"
+        request.node._mpiplat_diagnosis = (f"queued job's Workload created {created:%H:%M:%S}, first job Succeeded "
+                                           f"{finished:%H:%M:%S}, queued job admitted {admitted:%H:%M:%S} (UTC)")
+        assert created < finished, (f"the queued job's Workload was created at {created:%H:%M:%S}, not before the "
+                                    f"first job finished at {finished:%H:%M:%S}: it never had to wait (the cluster "
+                                    "was slower than the first job's 30 s)")
+        assert admitted >= finished, (f"the queued job got its quota at {admitted:%H:%M:%S}, before the first job "
+                                      f"finished at {finished:%H:%M:%S}: both ran although they do not fit together")
+        seen = condition_times(kube, MPIJOB, "next", ns, until=("Succeeded", "Failed"), timeout=180)
+        assert "Succeeded" in seen, seen
+        run.record("SCH-02", "first job Succeeded -> queued job admitted", (admitted - finished).total_seconds(), "s")
+    finally:
+        _remove_jobs(kube, ns)
+
+
+def _cohort(cq: dict) -> str:
+    return cq["spec"].get("cohortName") or cq["spec"].get("cohort") or ""
 
 
 @pytest.mark.requirement("SCH-03")
 def test_cohort_borrowing_between_two_teams(kube, run, settings, mpijob_spec):
+    """A team's job of one GPU more than its own free quota is admitted on a GPU borrowed from the other team
+    of its cohort (its ClusterQueue's status counts it as borrowed) and completes.
+    Fails on a cluster whose teams' ClusterQueues share no cohort, or whose limits allow no borrowing
+    (borrowingLimit 0, or the other team's lendingLimit 0): the job then waits."""
     team, other = _team(settings, 0), _team(settings, 1)
-    cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
-    if cap.borrowable < 1 or cap.nominal - cap.reserved < 0:
-        pytest.skip(f"{team.cluster_queue} cannot borrow (no cohort with idle GPUs from {other.cluster_queue})")
+    cap = _idle_capacity(kube, settings, team.cluster_queue)
+    assert cap.borrow_ceiling >= 1, (f"ClusterQueue {team.cluster_queue} can borrow no GPU from its cohort (no cohort "
+                                     f"shared with {other.cluster_queue}, or borrowingLimit/lendingLimit 0)")
+    if cap.borrowable < 1:
+        pytest.skip(f"the cohort of {team.cluster_queue} has no idle GPU to lend now (busy)")
     ns = run.namespace(team)
-    size = cap.nominal - cap.reserved + 1  # one GPU more than its own quota: only borrowing admits it
-    kube.create(MPIJOB, _job(mpijob_spec, "borrower", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "5s"}))
-    seen = condition_times(kube, MPIJOB, "borrower", ns, until=("Succeeded", "Failed"), timeout=180)
-    assert "Succeeded" in seen, seen
-    run.record("SCH-03", "GPUs borrowed from the cohort", size - (cap.nominal - cap.reserved))
+    own = cap.nominal - cap.reserved
+    size = max(own + 1, int(settings.thresholds["min_workers"]))  # one GPU more than its own quota has free
+    try:
+        kube.create(MPIJOB, _job(mpijob_spec, "borrower", ns, size, **_after("10s")))
+        _admitted(kube, ns, "borrower", why=f" ({size} GPUs; its own quota has {own} free)")
+        deadline = time.monotonic() + 15  # the ClusterQueue's status follows the admission within a moment
+        while (held := _cq_gpus(kube, team.cluster_queue, settings.gpu_resource))["borrowed"] < size - own \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert held["borrowed"] >= size - own, (f"ClusterQueue {team.cluster_queue} reports {held['borrowed']} GPUs "
+                                                f"borrowed while a job of {size} GPUs runs on {own} of its own")
+        seen = condition_times(kube, MPIJOB, "borrower", ns, until=("Succeeded", "Failed"), timeout=180)
+        assert "Succeeded" in seen, seen
+        run.record("SCH-03", "GPUs borrowed from the cohort", held["borrowed"])
+    finally:
+        _remove_jobs(kube, ns)
+
+
+def _weight(cq: dict) -> float:
+    return float(str((cq["spec"].get("fairSharing") or {}).get("weight", "1")))
+
+
+def _share(cq: dict) -> str:
+    fs = (cq.get("status") or {}).get("fairSharing")
+    return "absent (Kueue's fairSharing is not enabled)" if fs is None else f"weightedShare {fs.get('weightedShare')}"
+
+
+@pytest.mark.requirement("SCH-07")
+def test_fair_sharing_lets_the_team_that_borrows_less_preempt_the_one_that_borrows_more(kube, run, settings,
+                                                                                         mpijob_spec, request):
+    """Two idle teams of one cohort. Team A borrows b GPUs of team B's quota (a job of its nominal quota + b).
+    Team B then submits a job of its nominal quota + 1: it needs to borrow as well, so Kueue's classical
+    preemption (which reclaims only for a queue within its nominal quota) would leave it waiting. Under fair
+    sharing its share after admission (1 borrowed GPU, by weight) is below team A's (b), so Kueue preempts team
+    A's job (Preempted reason InCohortFairSharing) and admits team B's; the ClusterQueues report their shares.
+    Fails on a cluster whose Kueue runs without fairSharing in its configuration (team B's job waits), or whose
+    two teams share no cohort."""
+    a, b = _team(settings, 0), _team(settings, 1)
+    cq_a, cq_b = kube.get(CLUSTERQUEUE, a.cluster_queue), kube.get(CLUSTERQUEUE, b.cluster_queue)
+    assert _cohort(cq_a) and _cohort(cq_a) == _cohort(cq_b), (
+        f"ClusterQueues {a.cluster_queue} (cohort {_cohort(cq_a) or 'none'}) and {b.cluster_queue} (cohort "
+        f"{_cohort(cq_b) or 'none'}) share no cohort: no fair sharing between the two teams")
+    cap_a, cap_b = _idle_capacity(kube, settings, a.cluster_queue), _capacity(kube, settings, b.cluster_queue)
+    w_a, w_b = _weight(cq_a), _weight(cq_b)
+    # b borrowed GPUs of team A against team B's 1: preemption needs 1 / w_b < b / w_a.
+    lend = min(cap_a.borrowable, 8)
+    if w_b <= 0 or lend * w_b <= w_a or cap_b.borrow_ceiling < 1:
+        pytest.skip(f"{a.cluster_queue} may borrow {cap_a.borrowable} GPUs (weight {w_a:g}) and {b.cluster_queue} "
+                    f"{cap_b.borrow_ceiling} (weight {w_b:g}): too little to show fair sharing")
+    ns_a, ns_b = run.namespace(a), run.namespace(b)
+    try:
+        kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "greedy", ns_a, cap_a.nominal + lend, **_after(LONG)))
+        greedy = _admitted(kube, ns_a, "greedy")["metadata"]["name"]
+        deadline = time.monotonic() + 15  # the ClusterQueue's status follows the admission within a moment
+        while True:
+            before = kube.get(CLUSTERQUEUE, a.cluster_queue)
+            if float(((before.get("status") or {}).get("fairSharing") or {}).get("weightedShare") or 0) > 0 \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "modest", ns_b, cap_b.nominal + 1, **_after("5s")))
+        why = (f": team {a.name} borrows {lend} GPUs, team {b.name}'s job would borrow 1, yet Kueue did not preempt "
+               f"by fair share; ClusterQueue {a.cluster_queue} status.fairSharing: {_share(before)}")
+        _admitted(kube, ns_b, "modest", why=why)
+        preempted = kube.wait_for(WORKLOAD, greedy, ns_a, lambda w: has_condition(w, "Preempted"), timeout=30,
+                                  what="Preempted condition")
+        reason = condition(preempted, "Preempted").get("reason")
+        request.node._mpiplat_diagnosis = condition(preempted, "Preempted").get("message", "")
+        assert reason == "InCohortFairSharing", (f"team {a.name}'s job was preempted for {reason}, not by fair "
+                                                 f"sharing (InCohortFairSharing); {a.cluster_queue} {_share(before)}")
+        share = ((before.get("status") or {}).get("fairSharing") or {}).get("weightedShare")
+        if share is not None:
+            run.record("SCH-07", f"weighted share of {a.cluster_queue} while borrowing {lend} GPUs", share)
+        run.record("SCH-07", f"GPUs borrowed by {a.cluster_queue} before {b.cluster_queue} reclaimed by fair share",
+                   lend)
+    finally:
+        _remove_jobs(kube, ns_a)
+        _remove_jobs(kube, ns_b)
+
+
+@pytest.mark.requirement("SCH-08")
+def test_priority_preemption_within_a_queue(kube, run, settings, mpijob_spec, request):
+    """In one team's ClusterQueue, filled by a low-priority job (all its own and borrowable GPUs): a second job
+    of the same priority waits, and a high-priority one preempts the low one (Preempted reason InClusterQueue)
+    and is admitted. Priorities are two Kueue WorkloadPriorityClasses of this run (cluster-scoped, labelled
+    with the run id), deleted at the test's end.
+    Fails on a cluster whose ClusterQueue has preemption.withinClusterQueue Never (the urgent job waits), or
+    whose Kueue ignores priorities (the equal-priority job preempts, or the urgent one waits)."""
+    team = _team(settings)
+    lo = int(settings.thresholds["min_workers"])
+    cap = _idle_capacity(kube, settings, team.cluster_queue)
+    if cap.available < lo:
+        pytest.skip(f"needs ClusterQueue {team.cluster_queue} to have {lo} GPUs or more; it has {cap.available}")
+    ns = run.namespace(team)
+    classes = {"low": (f"{settings.namespace_prefix}-{run.id}-low", 100),
+               "high": (f"{settings.namespace_prefix}-{run.id}-high", 10000)}
+    try:
+        for name, value in classes.values():
+            kube.create(WORKLOAD_PRIORITY_CLASS, {"apiVersion": WORKLOAD_PRIORITY_CLASS.api_version,
+                                                  "kind": "WorkloadPriorityClass",
+                                                  "metadata": {"name": name, "labels": {RUN_LABEL: run.id}},
+                                                  "value": value, "description": "mpiplat conformance SCH-08"})
+        low, high = ({PRIORITY_LABEL: classes[k][0]} for k in ("low", "high"))
+        kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "bulk", ns, cap.available, labels=low, **_after(LONG)))
+        bulk = _admitted(kube, ns, "bulk")["metadata"]["name"]
+        kube.create(MPIJOB, _job(mpijob_spec, "peer", ns, lo, labels=low, **_after("5s")))
+        peer = _workload(kube, ns, "peer")["metadata"]["name"]
+        time.sleep(5)  # Kueue's scheduler tries a pending workload within a second or two
+        assert not has_condition(kube.get(WORKLOAD, bulk, ns), "Preempted"), \
+            "a job of the same priority preempted the running one"
+        assert not has_condition(kube.get(WORKLOAD, peer, ns), "QuotaReserved"), "the queue admitted more than it holds"
+        kube.create(MPIJOB, _job(mpijob_spec, "urgent", ns, lo, labels=high, **_after("5s")))
+        policy = kube.get(CLUSTERQUEUE, team.cluster_queue)["spec"].get("preemption")
+        urgent = _admitted(kube, ns, "urgent", why=f": the high-priority job did not preempt the low-priority one "
+                                                   f"(ClusterQueue {team.cluster_queue} preemption: {policy})")
+        preempted = kube.wait_for(WORKLOAD, bulk, ns, lambda w: has_condition(w, "Preempted"), timeout=30,
+                                  what="Preempted condition")
+        reason = condition(preempted, "Preempted").get("reason")
+        request.node._mpiplat_diagnosis = condition(preempted, "Preempted").get("message", "")
+        assert reason == "InClusterQueue", f"the low-priority job was preempted for {reason}, not InClusterQueue"
+        assert urgent["spec"].get("priority") == classes["high"][1], urgent["spec"]
+        run.record("SCH-08", "GPUs of the preempted low-priority job", cap.available)
+    finally:
+        _remove_jobs(kube, ns)
+        for name, _ in classes.values():
+            kube.delete(WORKLOAD_PRIORITY_CLASS, name)
 
 
 @pytest.mark.requirement("SCH-05")
 def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, settings, mpijob_spec):
+    """An admitted job whose pods can never be scheduled (a node selector no node matches) is evicted once
+    Kueue's waitForPodsReady timeout passes (Workload condition Evicted, reason PodsReadyTimeout), its pods
+    are removed, and it is requeued and admitted again after the backoff (QuotaReserved again, later than
+    the eviction, and the job resumed). Both waits are settings thresholds.pods_ready_timeout_s.
+    Fails on a cluster whose Kueue has no waitForPodsReady (the job keeps its quota forever), or that never
+    admits an evicted job again (e.g. requeuingStrategy backoffLimitCount 0 deactivates it)."""
     team = _team(settings)
     ns = run.namespace(team)
-    # The settings' selector plus one that no node matches: admitted, never schedulable.
-    kube.create(MPIJOB, _job(mpijob_spec, "stuck", ns, 2, node_selector={"mpiplat.io/no-such-node": "true"}))
-    wl = _workload(kube, ns, "stuck")
-    name = wl["metadata"]["name"]
-    start = time.monotonic()
     timeout = settings.thresholds["pods_ready_timeout_s"]
-    evicted = kube.wait_for(WORKLOAD, name, ns, lambda w: has_condition(w, "Evicted")
-                            or (w.get("status", {}).get("requeueState") or {}).get("count", 0) > 0,
-                            timeout=timeout, what="eviction for PodsReadyTimeout")
-    run.record("SCH-05", "admission -> eviction (waitForPodsReady)", time.monotonic() - start, "s")
-    reasons = {c["type"]: c.get("reason") for c in evicted["status"].get("conditions", [])}
-    assert reasons.get("Evicted") == "PodsReadyTimeout" or evicted["status"].get("requeueState"), reasons
-    job = kube.get(MPIJOB, "stuck", ns)
-    assert job["spec"]["runPolicy"]["suspend"] is True or evicted["status"].get("requeueState"), "not requeued"
+    try:
+        # The settings' selector plus one that no node matches: admitted, never schedulable.
+        kube.create(MPIJOB, _job(mpijob_spec, "stuck", ns, 2, node_selector={"mpiplat.io/no-such-node": "true"}))
+        name = _admitted(kube, ns, "stuck")["metadata"]["name"]
+        start = time.monotonic()
+        first = wait_pods(kube, ns, f"{JOB_LABEL}=stuck,{ROLE_LABEL}=worker", lambda pods: len(pods) >= 2, timeout=60)
+        try:
+            evicted = kube.wait_for(WORKLOAD, name, ns, lambda w: (condition(w, "Evicted") or {}).get("reason")
+                                    == "PodsReadyTimeout" and has_condition(w, "Evicted"), timeout=timeout,
+                                    what="eviction for PodsReadyTimeout")
+        except TimeoutError as err:
+            pytest.fail(f"the job was not evicted within {timeout:.0f}s (pods_ready_timeout_s) although its pods "
+                        f"cannot become ready: is Kueue's waitForPodsReady on? {err}")
+        run.record("SCH-05", "admission -> eviction (waitForPodsReady)", time.monotonic() - start, "s")
+        at = _ts(condition(evicted, "Evicted")["lastTransitionTime"])
+        try:
+            again = kube.wait_for(WORKLOAD, name, ns, lambda w: (_since(w, "QuotaReserved") or at) > at,
+                                  timeout=timeout, what="admission after the eviction")
+        except TimeoutError as err:
+            pytest.fail(f"the evicted job was not admitted again within {timeout:.0f}s (pods_ready_timeout_s): "
+                        f"not requeued; {err}")
+        run.record("SCH-05", "eviction -> admitted again (requeue backoff)",
+                   (_since(again, "QuotaReserved") - at).total_seconds(), "s")
+        old = {p.metadata.uid for p in first}
+        deadline = time.monotonic() + 60
+        while old & {p.metadata.uid for p in _pods(kube, ns, "stuck")} and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not old & {p.metadata.uid for p in _pods(kube, ns, "stuck")}, "the evicted job's pods were not removed"
+        kube.wait_for(MPIJOB, "stuck", ns, lambda j: j["spec"]["runPolicy"].get("suspend") is False, timeout=60,
+                      what="resumed (runPolicy.suspend false) after the re-admission")
+    finally:
+        _remove_jobs(kube, ns)
 
 
 @pytest.mark.requirement("FAIL-04")
 def test_job_larger_than_the_cluster_waits_with_a_clear_message(kube, run, settings, mpijob_spec, request):
     team = _team(settings)
-    cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
+    cap = _capacity(kube, settings, team.cluster_queue)
     ns = run.namespace(team)
     needs = cap.nominal + cap.borrowable + 8
     kube.create(MPIJOB, _job(mpijob_spec, "huge", ns, needs))

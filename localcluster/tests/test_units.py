@@ -72,7 +72,7 @@ def test_mpijob_builder_wires_workers_slots_queue_and_gpus():
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert worker["resources"]["limits"][jobs.GPU_RESOURCE] == "1"
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert launcher["command"][:5] == ["mpirun", "--allow-run-as-root", "-np", "6", "--bind-to"]
+    assert launcher["command"][4:9] == ["mpirun", "--allow-run-as-root", "-np", "6", "--bind-to"]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -108,8 +108,8 @@ def test_workload_jobs_mount_the_programs_and_run_them_under_mpirun():
                                       workload="allreduce", workload_args=["--count", "8"]))
     replicas = job["spec"]["mpiReplicaSpecs"]
     launcher = replicas["Launcher"]["template"]["spec"]
-    assert launcher["containers"][0]["command"] == ["mpirun", "-n", "4", "-ppn", "2", "python3",
-                                                    "/opt/mpiplat/allreduce.py", "--count", "8"]
+    assert launcher["containers"][0]["command"][4:] == ["mpirun", "-n", "4", "-ppn", "2", "python3",
+                                                        "/opt/mpiplat/allreduce.py", "--count", "8"]
     for role in ("Launcher", "Worker"):
         pod = replicas[role]["template"]["spec"]
         assert pod["volumes"] == [{"name": "workloads", "configMap": {"name": jobs.WORKLOADS_CONFIGMAP}}]

@@ -103,6 +103,9 @@ class MPIJobSpec:
     backoff_limit: int = 0
     clean_pod_policy: str = "Running"
     priority_class: str | None = None
+    # Pod templates' automountServiceAccountToken: False (default) gives the pods no API token; None leaves the
+    # field out, so the cluster's policy decides (the namespace's ServiceAccount, admission policies).
+    automount_service_account_token: bool | None = False
     # The launcher's restartPolicy. "Never" (default): one attempt (backoff_limit 0) whose failed pod and log
     # stay for the diagnosis. None: the operator's default, OnFailure, with which a failed container restarts
     # in its pod and the Job controller deletes that pod, and its log, at the backoff limit.
@@ -141,10 +144,29 @@ def worker_command(run_as_user: int) -> list[str]:
     return ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
 
 
+# How many seconds (tries) a launcher waits for its workers to answer over SSH (see launcher_command).
+LAUNCHER_SSH_WAIT_S = 30
+HOSTFILE = "/etc/mpi/hostfile"  # the operator's, in every implementation's format ("host slots=N", "host:N")
+
+
 def launcher_command(implementation: str, np: int, slots: int, program: list[str]) -> list[str]:
-    """mpirun command line for `implementation` running `program` on `np` ranks."""
+    """The launcher's command: mpirun for `implementation` running `program` on `np` ranks, once every
+    worker of the hostfile answers over SSH.
+
+    A network plugin programs a new pod's NetworkPolicy rules a moment after the pod starts (kube-router:
+    about a second). mpirun started in that moment has its first connections refused and fails at once
+    ("ORTE was unable to reliably start one or more daemons"), so the launcher tries `ssh <worker> true`
+    once a second first, at most LAUNCHER_SSH_WAIT_S tries in all; then it runs mpirun anyway, after
+    printing ssh's last error for each worker that did not answer, so the diagnosis can name it."""
     argv, _ = _LAUNCH[implementation]
-    return [a.format(np=np, slots=slots) for a in argv] + program
+    wait = (f'i=0; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
+            f'until err=$(ssh -o ConnectionAttempts=1 -o ConnectTimeout=2 -o BatchMode=yes {SSH_ARGS} "$h" true '
+            '2>&1 >/dev/null); do i=$((i+1)); '
+            f'if [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ]; then echo "$err" >&2; '
+            'echo "mpiplat: worker $h did not answer over SSH" >&2; break; fi; sleep 1; done; done; '
+            f'[ "$i" -eq 0 ] || [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ] || '
+            'echo "mpiplat: waited ${i}s for the workers to answer over SSH" >&2; exec "$@"')
+    return ["sh", "-c", wait, "mpiplat-launcher", *[a.format(np=np, slots=slots) for a in argv], *program]
 
 
 def mpijob(spec: MPIJobSpec) -> dict:
@@ -168,7 +190,8 @@ def mpijob(spec: MPIJobSpec) -> dict:
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": spec.pvc}})
         mounts.append({"name": "data", "mountPath": spec.pvc_mount_path})
     pod_spec_common = {
-        "automountServiceAccountToken": False,
+        **({"automountServiceAccountToken": spec.automount_service_account_token}
+           if spec.automount_service_account_token is not None else {}),
         # The volume's files belong to the pods' group, so the non-root MPI user can write them.
         **({"securityContext": {"fsGroup": spec.run_as_user}} if spec.pvc else {}),
         **({"volumes": volumes} if volumes else {}),

@@ -1,0 +1,161 @@
+"""The suite's plugin (conformance/suite/conftest.py) end to end, on tests of its own and no cluster: the
+placement fixtures record each test's evidence level, a test may lower it or mark itself partial, a
+read-only test shows objects, timeouts come from the settings, and the run writes its reports and one
+handover tarball. The cluster's fixtures are replaced by a KWOK-and-real cluster that is never called."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+SUITE = Path(__file__).resolve().parents[1] / "suite"
+
+TESTS = '''
+import pytest
+
+from mpiplat.conformance.capabilities import Capabilities
+
+
+@pytest.fixture(scope="session")
+def kube():
+    return None
+
+
+@pytest.fixture(scope="session")
+def capabilities():
+    return Capabilities(simulated=True, gpus=False, pod_network=False, kwok_nodes=True)
+
+
+@pytest.mark.requirement("JOB-01")
+def test_on_kwok_nodes(mpijob_spec):
+    mpijob_spec("a", "ns")
+
+
+@pytest.mark.requirement("JOB-04")
+def test_on_a_real_node(trainjob_spec):
+    trainjob_spec("t", "ns", real=True)
+
+
+@pytest.mark.requirement("ISO-03")
+def test_policies_only(mpijob_spec, evidence):
+    mpijob_spec("np", "ns")
+    evidence.at_most("objects", "the policies exist and select the job's pods")
+
+
+@pytest.mark.requirement("ISO-03", needs=["pod_network"])
+def test_enforced(place):
+    place(real=True)
+
+
+@pytest.mark.read_only
+@pytest.mark.requirement("INS-03")
+def test_dry_run_only(mpijob_spec):
+    mpijob_spec("probe", "default")
+
+
+@pytest.mark.requirement("SCH-03")
+def test_checks_less(place, evidence):
+    place()
+    evidence.partial("checks borrowing only")
+
+
+@pytest.mark.requirement("SCALE-01")
+def test_timeout_from_the_settings(request, settings):
+    mark = request.node.get_closest_marker("timeout")
+    if request.config.getoption("timeout") is None:
+        assert mark.args[0] == settings.test_timeout_s("SCALE-01") == 4 * 3000
+    else:
+        assert mark is None
+
+
+@pytest.mark.requirement("FAIL-01")
+def test_fails(place):
+    place()
+    request_the_impossible = False
+    assert request_the_impossible, "the job did not fail"
+'''
+
+SETTINGS = {"teams": [{"name": "a"}], "timeouts": {"test_s": 3000},
+            "thresholds": {"scale_jobs": 200, "scale_namespaces": 2, "failure_to_failed_s": 60}}
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    suite = tmp_path / "suite"
+    suite.mkdir(exist_ok=True)
+    shutil.copy(SUITE / "conftest.py", suite / "conftest.py")
+    shutil.copy(SUITE / "pytest.ini", suite / "pytest.ini")
+    (suite / "test_fake.py").write_text(textwrap.dedent(TESTS))
+    (tmp_path / "settings.yml").write_text(yaml.safe_dump(SETTINGS))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", "-q",
+                           "--profile=cluster", f"--settings={tmp_path / 'settings.yml'}", f"--report-dir={out}",
+                           *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return proc, out
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("suite"))
+
+
+def test_each_test_records_what_it_showed(ran):
+    proc, out = ran
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # test_fails
+    tests = {t["name"]: t for r in json.loads((out / "results.json").read_text())["requirements"].values()
+             for t in r["tests"]}
+    shown = {name: (t["status"], t["evidence"]) for name, t in tests.items()}
+    assert shown == {
+        "test_on_kwok_nodes": ("passed", "simulated"),
+        "test_on_a_real_node": ("passed", "real"),
+        "test_policies_only": ("passed", "objects"),
+        "test_enforced": ("skipped", None),
+        "test_dry_run_only": ("passed", "objects"),  # read-only: it placed a probe, created nothing
+        "test_checks_less": ("partial", "simulated"),
+        "test_timeout_from_the_settings": ("passed", "objects"),
+        "test_fails": ("failed", "simulated"),
+    }
+    assert tests["test_policies_only"]["placed"] == ["simulated"]
+    assert tests["test_policies_only"]["evidence_note"] == "the policies exist and select the job's pods"
+    assert tests["test_checks_less"]["message"] == "checks borrowing only"
+
+
+def test_requirements_get_their_verdicts_and_the_terminal_says_so(ran):
+    proc, out = ran
+    results = json.loads((out / "results.json").read_text())
+    verdict = {rid: (r["status"], r["evidence"]) for rid, r in results["requirements"].items()}
+    assert verdict == {"JOB-01": ("passed", "simulated"), "JOB-04": ("passed", "real"),
+                       "ISO-03": ("partial", "objects"), "INS-03": ("passed", "objects"),
+                       "SCH-03": ("partial", "simulated"), "SCALE-01": ("partial", "objects"),
+                       "FAIL-01": ("failed", "simulated")}
+    assert results["requirements"]["SCALE-01"]["loosened"] == ["scale_namespaces 2, catalog 3"]
+    assert results["requirements"]["FAIL-01"]["loosened"] == ["failure_to_failed_s 60, catalog 30"]
+    lines = proc.stdout.splitlines()
+    assert any(line.split()[:3] == ["SCH-03", "PARTIAL", "simulated"] and "test_checks_less" in line for line in lines)
+    assert any(line.split()[:3] == ["ISO-03", "PARTIAL", "objects"] for line in lines)
+    assert "  threshold looser than the catalog's: scale_namespaces 2, catalog 3 (SCALE-01)" in lines
+    assert "requirements: 3 passed, 3 partial, 1 failed, 0 skipped" in proc.stdout
+
+
+def test_the_run_writes_one_handover_tarball(ran):
+    proc, out = ran
+    [tarball] = out.glob("*.tar.gz")
+    assert f"handover {tarball}" in proc.stdout
+    with tarfile.open(tarball) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames()}
+        message = tar.extractfile(f"{tarball.name.removesuffix('.tar.gz')}/failures/FAIL-01/test_fails/message.txt")
+        assert b"the job did not fail" in message.read()
+    assert {"report.html", "report.md", "results.json", "junit.xml", "checklist.md", "ai-conformance.yaml"} <= names
+
+
+def test_a_timeout_given_on_the_command_line_wins(tmp_path):
+    proc, _ = _run(tmp_path, "--only=SCALE-01", "--timeout=50")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

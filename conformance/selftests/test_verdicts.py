@@ -1,0 +1,225 @@
+"""Honest verdicts from synthetic outcomes (no cluster): a requirement's status is the worst of its tests,
+each verdict says how it was shown (real, simulated, objects), thresholds looser than the catalog's are
+flagged, and the AI-conformance evidence follows the rows' verdicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mpiplat.conformance import catalog, placement, report, verdicts
+from mpiplat.conformance.settings import SCHEMA, parse
+from mpiplat.conformance.verdicts import Evidence
+
+
+def _test(name: str, status: str, evidence: str | None = None, message: str = "", partial=()) -> dict:
+    return {"requirement": "X-01", "name": name, "status": status, "duration_s": 1.0, "message": message,
+            "diagnosis": "", "evidence": evidence, "placed": [], "evidence_note": "", "partial": list(partial)}
+
+
+# ---------------------------------------------------------------- one test's evidence
+
+def test_a_test_shows_the_strongest_placement_it_was_handed():
+    e = Evidence()
+    assert e.level == "objects"  # no pod placed
+    e.placed_pods(placement.level(real=False, kwok_nodes=True))
+    assert e.level == "simulated"
+    e.placed_pods(placement.level(real=True, kwok_nodes=True))
+    assert e.level == "real" and e.outcome("passed")["placed"] == ["simulated", "real"]
+
+
+def test_without_kwok_nodes_every_placed_pod_is_real():
+    assert placement.level(real=False, kwok_nodes=False) == "real"
+    assert placement.level(real=True, kwok_nodes=False) == "real"
+    assert placement.level(real=False, kwok_nodes=True) == "simulated"
+
+
+def test_a_test_may_lower_its_level_but_never_raise_it():
+    e = Evidence()
+    e.placed_pods("real")
+    e.at_most("objects", "read the policies only")
+    assert e.level == "objects"
+    assert e.outcome("passed")["evidence_note"] == "read the policies only"
+    e.at_most("real", "a later, higher claim")  # does not undo the lower one
+    assert e.level == "objects"
+    low = Evidence()
+    low.at_most("real", "claims more than it placed")
+    assert low.level == "objects"
+    with pytest.raises(ValueError, match="evidence level 'pretend'"):
+        low.placed_pods("pretend")
+
+
+def test_a_partial_test_reports_partial_when_it_passes_and_failed_when_it_fails():
+    e = Evidence()
+    e.partial("checks borrowing only")
+    assert e.outcome("passed")["status"] == "partial"
+    assert e.outcome("passed")["partial"] == ["checks borrowing only"]
+    assert e.outcome("failed")["status"] == "failed"
+    skipped = e.outcome("skipped")
+    assert skipped["status"] == "skipped" and skipped["evidence"] is None
+
+
+# ---------------------------------------------------------------- a requirement's verdict
+
+@pytest.mark.parametrize("tests, status, evidence", [
+    ([("a", "passed", "real"), ("b", "passed", "simulated")], "passed", "real"),
+    ([("a", "passed", "simulated"), ("b", "skipped", None)], "partial", "simulated"),
+    ([("a", "partial", "real"), ("b", "passed", "real")], "partial", "real"),
+    ([("a", "passed", "real"), ("b", "failed", "simulated")], "failed", "real"),
+    ([("a", "failed", "simulated"), ("b", "skipped", None)], "failed", "simulated"),
+    ([("a", "skipped", None), ("b", "skipped", None)], "skipped", None),
+    ([("a", "failed", "objects"), ("b", "partial", "simulated"), ("c", "skipped", None)], "failed", "simulated"),
+])
+def test_a_requirement_is_the_worst_of_its_tests(tests, status, evidence):
+    verdict = verdicts.requirement([_test(n, s, e, message=f"why {n}") for n, s, e in tests])
+    assert (verdict["status"], verdict["evidence"]) == (status, evidence)
+
+
+def test_a_skipped_test_beside_passed_ones_says_why_in_the_partial_verdict():
+    verdict = verdicts.requirement([_test("enforced", "skipped", message="needs real pods"),
+                                    _test("objects", "passed", "objects")])
+    assert verdict["status"] == "partial"
+    assert verdict["message"] == "enforced skipped: needs real pods"
+
+
+def test_a_simulated_run_reports_iso03_as_objects_never_real():
+    """The objects check places its job on KWOK nodes but judges the policies only; the enforcement
+    probe needs real pods and skips: ISO-03 is partial, shown by objects."""
+    objects_check = Evidence()
+    objects_check.placed_pods(placement.level(real=False, kwok_nodes=True))
+    objects_check.at_most("objects", "the policies exist and select the job's pods; no traffic was tried")
+    outcomes = [{"requirement": "ISO-03", "name": "policies", "duration_s": 1, "message": "", "diagnosis": "",
+                 **objects_check.outcome("passed")},
+                {"requirement": "ISO-03", "name": "enforced", "duration_s": 0, "message": "needs real pods",
+                 "diagnosis": "", **Evidence().outcome("skipped")}]
+    iso03 = verdicts.aggregate(outcomes)["ISO-03"]
+    assert (iso03["status"], iso03["evidence"]) == ("partial", "objects")
+    # On a cluster whose real pods proved enforcement, the row is shown for real.
+    probe = Evidence()
+    probe.placed_pods(placement.level(real=True, kwok_nodes=True))
+    outcomes[1] = {**outcomes[1], "message": "", **probe.outcome("passed")}
+    iso03 = verdicts.aggregate(outcomes)["ISO-03"]
+    assert (iso03["status"], iso03["evidence"]) == ("passed", "real")
+
+
+def test_the_summary_counts_requirements_per_status_and_evidence_level():
+    reqs = verdicts.aggregate([
+        {**_test("a", "passed", "real"), "requirement": "JOB-01"},
+        {**_test("b", "passed", "simulated"), "requirement": "JOB-02"},
+        {**_test("c", "skipped", None, "needs gpus"), "requirement": "PERF-01"},
+        {**_test("d", "failed", "simulated"), "requirement": "FAIL-01"},
+    ])
+    assert verdicts.summary(reqs) == {"passed": 2, "partial": 0, "failed": 1, "skipped": 1}
+    table = verdicts.by_evidence(reqs)
+    assert list(table) == ["real", "simulated", "objects", "none"]
+    assert table["real"]["passed"] == 1 and table["simulated"] == {"passed": 1, "partial": 0, "failed": 1,
+                                                                     "skipped": 0}
+    assert table["none"]["skipped"] == 1
+
+
+# ---------------------------------------------------------------- thresholds looser than the catalog's
+
+def test_every_catalog_threshold_is_a_setting_whose_default_is_the_catalogs_figure():
+    props = SCHEMA["properties"]["thresholds"]["properties"]
+    defaults = parse({"teams": [{"name": "a"}]}).thresholds
+    for name, t in catalog.THRESHOLDS.items():
+        assert name in props and "default" not in props[name], f"{name}: its default belongs to the catalog"
+        assert t.looser in ("lower", "higher"), name
+        assert t.rows and set(t.rows) <= set(catalog.REQUIREMENTS), name
+        assert defaults[name] == t.default, name
+    assert catalog.THRESHOLDS["scale_jobs"].default == 50 and catalog.THRESHOLDS["scale_workers"].default == 100
+    assert catalog.THRESHOLDS["failure_to_failed_s"].default == 30
+    assert defaults["pods_ready_timeout_s"] == 330  # not a catalog figure: the schema's default
+
+
+@pytest.mark.parametrize("name, value, flagged", [
+    ("scale_jobs", 10, True), ("scale_jobs", 80, False), ("scale_jobs", 50, False),
+    ("failure_to_failed_s", 60, True), ("failure_to_failed_s", 10, False),
+    ("min_workers", 4, True), ("max_workers", 64, True), ("max_workers", 128, False),
+    ("efficiency_8_nodes", 0.6, True), ("perf03_time_ratio", 0.5, True), ("perf03_time_ratio", 0.2, False),
+])
+def test_a_threshold_is_flagged_only_when_it_asks_less_than_the_catalog(name, value, flagged):
+    found = catalog.loosened({**parse({"teams": [{"name": "a"}]}).thresholds, name: value})
+    assert [lo["name"] for lo in found] == ([name] if flagged else [])
+
+
+def test_a_loosened_threshold_makes_its_rows_at_best_partial_and_says_so():
+    found = catalog.loosened({"scale_jobs": 10, "admitted_to_running_s": 30})
+    assert found == [{"name": "scale_jobs", "value": 10, "catalog": 50, "rows": ["SCALE-01"],
+                      "text": "scale_jobs 10, catalog 50"}]
+    reqs = verdicts.aggregate([{**_test("many", "passed", "simulated"), "requirement": "SCALE-01"},
+                               {**_test("big", "passed", "simulated"), "requirement": "SCALE-02"},
+                               {**_test("kill", "failed", "real"), "requirement": "FAIL-01"}],
+                              found + catalog.loosened({"failure_to_failed_s": 45}))
+    assert reqs["SCALE-01"]["status"] == "partial"
+    assert reqs["SCALE-01"]["message"] == "threshold looser than the catalog's: scale_jobs 10, catalog 50"
+    assert reqs["SCALE-02"]["status"] == "passed"  # admitted_to_running_s is the catalog's
+    assert reqs["FAIL-01"]["status"] == "failed"
+    assert reqs["FAIL-01"]["loosened"] == ["failure_to_failed_s 45, catalog 30"]
+
+
+# ---------------------------------------------------------------- per-test timeouts from the settings
+
+def test_per_test_timeouts_come_from_the_settings():
+    s = parse({"teams": [{"name": "a"}]})
+    assert s.test_timeout_s("JOB-01") == 1800  # timeouts.test_s's default, not pytest's 600
+    assert s.test_timeout_s("SCH-05") == 1800 + 2 * 330
+    assert s.test_timeout_s("PERF-01") == 1800 + 4 * 1800  # 4 node counts x job_timeout_s
+    assert s.test_timeout_s("PERF-03") == 1800 + 2 * 1800
+    assert s.test_timeout_s("SCALE-01") == 1800
+    slow = parse({"teams": [{"name": "a"}], "timeouts": {"test_s": 3600},
+                  "thresholds": {"pods_ready_timeout_s": 900, "scale_jobs": 200, "scale_workers": 50},
+                  "gpu_benchmark": {"nodes": [1, 2], "job_timeout_s": 600}})
+    assert slow.test_timeout_s("JOB-10") == 3600
+    assert slow.test_timeout_s("SCH-05") == 3600 + 1800
+    assert slow.test_timeout_s("PERF-02") == 3600 + 2 * 600
+    assert slow.test_timeout_s("SCALE-01") == 3600 * 4  # 4 times the catalog's 50 jobs
+    assert slow.test_timeout_s("SCALE-02") == 3600  # fewer workers than the catalog: no less time
+
+
+# ---------------------------------------------------------------- AI conformance
+
+def test_the_catalog_maps_every_ai_conformance_requirement_of_requirements_md():
+    reqs = catalog.AI_CONFORMANCE["requirements"]
+    assert {k: v["level"] for k, v in reqs.items()} == {
+        "gang_scheduling": "MUST", "secure_accelerator_access": "MUST", "accelerator_metrics": "MUST",
+        "robust_controller": "MUST", "driver_runtime_management": "SHOULD"}
+    assert list(reqs["gang_scheduling"]["rows"]) == ["SCH-01", "SCH-02", "SCH-05"]
+    for spec in reqs.values():
+        assert set(spec["rows"]) <= set(catalog.REQUIREMENTS)
+
+
+def _ai(statuses: dict[str, tuple[str, str | None]]) -> dict[str, dict]:
+    reqs = {rid: {"status": s, "evidence": e, "message": "" if s == "passed" else f"{rid} {s}"}
+            for rid, (s, e) in statuses.items()}
+    return {item["id"]: item for item in report.ai_conformance({"requirements": reqs})}
+
+
+def test_ai_conformance_status_follows_the_rows_verdicts():
+    found = _ai({"SCH-01": ("passed", "simulated"), "SCH-02": ("passed", "real"), "SCH-05": ("passed", "simulated"),
+                 "INS-01": ("passed", "objects"), "INS-03": ("failed", "objects"), "JOB-04": ("passed", "real"),
+                 "INS-04": ("partial", "objects"), "ISO-01": ("passed", "objects")})
+    assert found["gang_scheduling"]["status"] == "Implemented"
+    assert found["gang_scheduling"]["evidenceLevel"] == "simulated"  # the weakest of its rows
+    assert found["robust_controller"]["status"] == "Not Implemented"
+    assert found["secure_accelerator_access"]["status"] == "Partially Implemented"  # ISO-02 not run
+    assert "ISO-02 (no API token in job pods): not run" in found["secure_accelerator_access"]["notes"]
+    # No test checks DCGM yet: never claimed, whatever INS-04's verdict.
+    assert found["accelerator_metrics"]["status"] == "N/A"
+    assert found["accelerator_metrics"]["evidence"] == []
+    assert "not checked" in found["accelerator_metrics"]["notes"]
+    none = _ai({"INS-04": ("skipped", None)})
+    assert none["driver_runtime_management"]["status"] == "N/A"
+    assert none["driver_runtime_management"]["evidenceLevel"] is None
+
+
+def test_results_json_carries_the_verdicts(tmp_path):
+    outcomes = [{**_test("a", "passed", "simulated"), "requirement": "SCH-01"}]
+    data = report.write(tmp_path, outcomes, [], {"run_id": "r", "profile": "simulated"})
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["requirements"]["SCH-01"]["evidence"] == "simulated"
+    assert results["by_evidence"]["simulated"]["passed"] == 1
+    assert {i["id"]: i["status"] for i in results["ai_conformance"]}["gang_scheduling"] == "Partially Implemented"
+    assert data["files"] == ["results.json", "junit.xml", "report.md", "report.html", "checklist.md",
+                             "ai-conformance.yaml"]

@@ -1,0 +1,122 @@
+"""Verdicts: what one test showed, and a requirement's verdict from its tests.
+
+A test's status is pytest's outcome, except that a passed test which checked less than its row says
+(Evidence.partial) is `partial`. A requirement is
+- `failed` when any of its tests failed;
+- `skipped` when every test skipped (their reasons are its message);
+- `partial` when a test is partial, a test skipped beside tests that passed, or a threshold of the row is
+  looser than the catalog's (catalog.loosened);
+- `passed` otherwise.
+
+Evidence levels, weakest first (REQUIREMENTS.md, "Verdicts"): `objects` (API objects and the API
+server's answers; no pod ran), `simulated` (pods on KWOK nodes), `real` (real pods and network). A test's
+level is the strongest placement the suite handed it (placement.level), `objects` when it placed no pod,
+lowered to what the test declares it judged (Evidence.at_most). A requirement's level is the strongest
+its passed and partial tests showed; where none did, that of its failed tests; none when all skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+STATUSES = ("passed", "partial", "failed", "skipped")
+LEVELS = ("objects", "simulated", "real")
+
+
+@dataclass
+class Evidence:
+    """What one running test showed. The suite's placement fixtures add what they hand out; the test may
+    lower its level or mark itself partial through the `evidence` fixture."""
+
+    placed: set[str] = field(default_factory=set)
+    cap: str | None = None
+    cap_reason: str = ""
+    partial_reasons: list[str] = field(default_factory=list)
+
+    def placed_pods(self, level: str) -> None:
+        _check(level)
+        self.placed.add(level)
+
+    def at_most(self, level: str, reason: str) -> None:
+        """The test judged no more than `level`, whatever its pods ran on (e.g. it read objects only)."""
+        _check(level)
+        if self.cap is None or LEVELS.index(level) < LEVELS.index(self.cap):
+            self.cap, self.cap_reason = level, reason
+
+    def partial(self, reason: str) -> None:
+        """The test checks less than its catalog row says: it reports `partial`, never `passed`."""
+        self.partial_reasons.append(reason)
+
+    @property
+    def level(self) -> str:
+        shown = max(self.placed, key=LEVELS.index, default="objects")
+        return min(shown, self.cap, key=LEVELS.index) if self.cap else shown
+
+    def outcome(self, pytest_outcome: str) -> dict:
+        """Status, evidence and what qualifies them, for a test that ended with `pytest_outcome`."""
+        ran = pytest_outcome != "skipped"
+        partial = pytest_outcome == "passed" and bool(self.partial_reasons)
+        return {"status": "partial" if partial else pytest_outcome,
+                "evidence": self.level if ran else None,
+                "placed": sorted(self.placed, key=LEVELS.index),
+                "evidence_note": self.cap_reason if ran and self.cap and self.cap == self.level else "",
+                "partial": list(self.partial_reasons) if partial else []}
+
+
+def _check(level: str) -> None:
+    if level not in LEVELS:
+        raise ValueError(f"evidence level {level!r}: allowed {', '.join(LEVELS)}")
+
+
+def _strongest(levels: Iterable[str | None]) -> str | None:
+    return max((lv for lv in levels if lv), key=LEVELS.index, default=None)
+
+
+def requirement(tests: list[dict], loosened: Iterable[dict] = ()) -> dict:
+    """The verdict of one requirement from its tests' outcomes (dicts with status, message, evidence,
+    partial) and the loosened thresholds of its row: status, evidence, message and notes."""
+    states = [t["status"] for t in tests]
+    flags = [lo["text"] for lo in loosened]
+    notes = [f"{t['name']}: {reason}" for t in tests if t["status"] == "partial"
+             for reason in t.get("partial") or [t["message"] or "checks less than its row says"]]
+    if "failed" in states:
+        status = "failed"
+    elif all(s == "skipped" for s in states):
+        status = "skipped"
+    else:
+        notes += [f"{t['name']} skipped: {t['message']}" for t in tests if t["status"] == "skipped"]
+        notes += [f"threshold looser than the catalog's: {f}" for f in flags]
+        status = "partial" if notes else "passed"
+    shown = [t.get("evidence") for t in tests if t["status"] in ("passed", "partial")]
+    evidence = _strongest(shown) or _strongest(t.get("evidence") for t in tests if t["status"] == "failed")
+    if status in ("failed", "skipped"):
+        message = next((t["message"] for t in tests if t["status"] == status and t["message"]), "")
+    else:
+        message = "; ".join(notes)
+    return {"status": status, "evidence": evidence, "message": message, "notes": notes, "loosened": flags,
+            "diagnosis": next((t.get("diagnosis", "") for t in tests
+                               if t["status"] == "failed" and t.get("diagnosis")), "")}
+
+
+def aggregate(outcomes: list[dict], loosened: Iterable[dict] = ()) -> dict[str, dict]:
+    """Per requirement (sorted by id): its tests, total duration and verdict (see `requirement`)."""
+    loosened = list(loosened)
+    grouped: dict[str, list[dict]] = {}
+    for o in outcomes:
+        grouped.setdefault(o["requirement"], []).append(o)
+    return {rid: {"tests": tests, "duration_s": sum(t["duration_s"] for t in tests),
+                  **requirement(tests, [lo for lo in loosened if rid in lo["rows"]])}
+            for rid, tests in sorted(grouped.items())}
+
+
+def summary(reqs: dict[str, dict]) -> dict[str, int]:
+    return {s: sum(r["status"] == s for r in reqs.values()) for s in STATUSES}
+
+
+def by_evidence(reqs: dict[str, dict]) -> dict[str, dict[str, int]]:
+    """Requirements counted per evidence level (strongest first; "none": nothing shown) and status."""
+    table = {level: dict.fromkeys(STATUSES, 0) for level in (*reversed(LEVELS), "none")}
+    for r in reqs.values():
+        table[r["evidence"] or "none"][r["status"]] += 1
+    return table
