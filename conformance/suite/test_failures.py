@@ -167,7 +167,9 @@ def test_blocked_mpi_traffic_fails_the_job_and_is_diagnosed(kube, run, settings,
                     f"port closed; {diagnose(kube, ns, 'blocked', settings.gpu_resource)}")
     found = diagnose(kube, ns, "blocked", settings.gpu_resource)
     request.node._mpiplat_diagnosis = str(found)
-    assert "Failed" in seen, f"the job did not fail with worker 1's SSH port closed: {seen}; {found}"
+    assert "Failed" in seen, (f"the job did not fail with worker 1's SSH port closed by NetworkPolicy "
+                              f"{policy['metadata']['name']}: {seen}; the policy was not enforced (does the cluster's "
+                              f"network plugin enforce NetworkPolicies?); {found}")
     run.record("FAIL-05", "submit -> job Failed (worker 1's SSH port closed)", seen["Failed"], "s")
     if "Running" in seen:
         run.record("FAIL-05", "job Running -> Failed (mpirun's ssh attempts)", seen["Failed"] - seen["Running"], "s")

@@ -29,7 +29,9 @@ def _rejected(kube, manifest: dict) -> tuple[str, float]:
         assert err.status in (400, 403, 422), err
         return json.loads(err.body)["message"], elapsed
     kube.delete(MPIJOB, manifest["metadata"]["name"], manifest["metadata"]["namespace"])
-    pytest.fail(f"{manifest['metadata']['name']} was admitted")
+    pytest.fail(f"MPIJob {manifest['metadata']['name']} was admitted: no admission policy rejected it (are the "
+                "guardrails installed and bound to this namespace? `kubectl get validatingadmissionpolicybindings`; "
+                "the guardrails role installs them)")
 
 
 def _wait_for_quota(kube, ns: str, name: str, done, what: str, timeout: float = 30) -> None:

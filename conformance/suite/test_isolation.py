@@ -137,6 +137,54 @@ def test_rbac_matrix_for_the_three_roles_in_own_and_other_namespace(kube, run):
     assert actual == expected
 
 
+VIEWER_ROLE = "mpijob-viewer"
+# What a team's viewers may not do in their team namespace: (verb, API group, resource, subresource).
+VIEWER_MUST_NOT = (("create", "kubeflow.org", "mpijobs", ""), ("delete", "kubeflow.org", "mpijobs", ""),
+                   ("patch", "kubeflow.org", "mpijobs", ""), ("create", "", "pods", ""),
+                   ("create", "", "pods", "exec"), ("get", "", "secrets", ""))
+
+
+def _subject_groups(subject) -> tuple[str, list[str] | None]:
+    """(user, groups) for a SubjectAccessReview of a RoleBinding subject (a Group is reviewed as a member)."""
+    if subject.kind == "Group":
+        return "mpiplat-conformance-member", [subject.name, "system:authenticated"]
+    return subject.name, ["system:authenticated"]
+
+
+@pytest.mark.requirement("ISO-01")
+def test_team_viewers_can_read_but_not_change_jobs_in_their_namespace(kube, settings, evidence):
+    """The teams' own bindings, not only the roles: every subject a team namespace binds to the viewer role
+    (ClusterRole mpijob-viewer) may list MPIJobs there but not create, delete or patch them, create pods, exec
+    into them or read secrets, through any binding. Fails on a cluster where a team's viewer is also bound to
+    a broader role (e.g. the built-in edit), naming the bindings that grant it."""
+    evidence.at_most("objects", "SubjectAccessReviews of the teams' RoleBindings")
+    rbac = client.RbacAuthorizationV1Api(kube.api_client)
+    wrong, viewers_seen = [], 0
+    for team in settings.teams:
+        ns = team.namespace
+        bindings = rbac.list_namespaced_role_binding(ns).items
+        viewers = [s for b in bindings if b.role_ref.kind == "ClusterRole" and b.role_ref.name == VIEWER_ROLE
+                   for s in b.subjects or [] if s.kind in ("User", "Group")]
+        for subject in viewers:
+            viewers_seen += 1
+            user, groups = _subject_groups(subject)
+            assert _allowed(kube, user, ns, "list", "mpijobs", "kubeflow.org", groups=groups), \
+                f"team {team.name}'s viewer {subject.kind} {subject.name} cannot list MPIJobs in {ns}"
+            granted = [f"{verb} {resource}{'/' + sub if sub else ''}" for verb, group, resource, sub in VIEWER_MUST_NOT
+                       if _allowed(kube, user, ns, verb, resource, group, sub, groups=groups)]
+            if granted:
+                through = [f"{b.metadata.name} -> {b.role_ref.kind} {b.role_ref.name}" for b in bindings
+                           if any(s.kind == subject.kind and s.name == subject.name for s in b.subjects or [])
+                           and b.role_ref.name != VIEWER_ROLE]
+                wrong.append(f"{subject.kind} {subject.name} in {ns} may {', '.join(granted)} (RoleBindings naming "
+                             f"it besides {VIEWER_ROLE}: {', '.join(through) or 'none: a ClusterRoleBinding?'})")
+    if not viewers_seen:
+        evidence.partial(f"no team namespace binds anyone to {VIEWER_ROLE}: the teams' viewers were not checked")
+    assert not wrong, ("team viewers may change jobs: " + "; ".join(wrong)
+                       + ". Viewers must only read: remove the extra bindings (the tenancy role binds viewers to "
+                       f"{VIEWER_ROLE} only)")
+
+
 def _pods(kube, ns: str, selector: dict | None) -> set[str]:
     return {p.metadata.name for p in kube.core.list_namespaced_pod(ns, label_selector=label_selector(selector)).items}
 
@@ -190,7 +238,9 @@ def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run
                     ssh_from_launcher = True
     assert launcher | workers <= selected, "some job pods are not covered by any ingress policy"
     assert all(launcher | (workers - {w}) <= admitted[w] for w in workers), admitted
-    assert ssh_from_launcher
+    assert ssh_from_launcher, (f"no NetworkPolicy of team namespace {settings.teams[0].namespace} admits the launcher "
+                               f"to the workers' SSH port (TCP {PROBE_PORT}): mpirun cannot start on the workers; "
+                               "allow it (the mpi-tenant chart's networkPolicy.mpiJob.launcherToWorkerPorts)")
 
 
 def _launcher_phase(kube, ns: str, job: str) -> tuple[str, str]:

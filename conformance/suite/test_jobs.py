@@ -46,8 +46,16 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, cap
                        slots_per_worker=2, workload="allreduce", launcher_annotations={jobs.COMPLETE_AFTER: "4s"},
                        # Sizes a small node runs in seconds even with 6 busy-polling ranks on 2 cores.
                        workload_args=["--counts", "1,1000,16384"])
+    start = time.monotonic()
     kube.create(MPIJOB, jobs.mpijob(spec))
-    seen = condition_times(kube, MPIJOB, "hello", ns, until=("Succeeded", "Failed"), timeout=300)
+    if capabilities.pod_network:  # a worker that cannot pull its image holds the job: say so at once
+        pods = wait_pods(kube, ns, f"{JOB_LABEL}=hello", lambda ps: _pull_failure(ps) or any(
+            p.metadata.labels.get(ROLE_LABEL) == "launcher" for p in ps), timeout=300)
+        if _pull_failure(pods):
+            pytest.fail(f"{implementation}: the workers cannot pull image {spec.image}: {diagnose(kube, ns, 'hello')}")
+    seen = condition_times(kube, MPIJOB, "hello", ns, until=("Succeeded", "Failed"), timeout=300, start=start)
+    if "Succeeded" not in seen:
+        pytest.fail(f"{implementation}: the job did not succeed ({', '.join(seen)}): {diagnose(kube, ns, 'hello')}")
     assert list(seen)[:3] == ["Created", "Running", "Succeeded"], seen
     hostfile = kube.core.read_namespaced_config_map("hello-config", ns).data["hostfile"].splitlines()
     assert hostfile == [line.format(host=f"hello-worker-{i}.hello.{ns}.svc", slots=2) for i in range(2)]
@@ -55,6 +63,11 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, cap
         launcher = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=hello,{ROLE_LABEL}=launcher").items
         log = kube.core.read_namespaced_pod_log(launcher[-1].metadata.name, ns)
         results.assert_passed(results.parse(log), "allreduce", ranks=4)
+
+
+def _pull_failure(pods) -> bool:
+    return any(cs.state and cs.state.waiting and cs.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff")
+               for p in pods for cs in (p.status.container_statuses or []))
 
 
 CLUSTER_TRAINING_RUNTIME = Kind("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")

@@ -48,6 +48,8 @@ _SSH_FAILED = (
     re.compile(r"ssh: connect to host (?P<host>\S+) port (?P<port>\d+): (?P<error>[^\r\n]+)"),
     # "[mpiexec@j-launcher] Error: Unable to run bstrap_proxy on j-worker-1.j.ns.svc (pid 13, exit code 65280)"
     re.compile(r"Unable to run bstrap_proxy on (?P<host>\S+) \(pid \d+, exit code (?P<status>\d+)\)"),
+    # "ssh: Could not resolve hostname j-worker-1.j.ns.svc: Temporary failure in name resolution"
+    re.compile(r"ssh: (?P<error>Could not resolve hostname (?P<host>[^:\s]+): [^\r\n]+)"),
 )
 LOG_TAIL_LINES = 500  # mpirun's last words are at the end of the launcher's log
 LOG_TIMEOUT_S = 10
@@ -332,6 +334,12 @@ def _from_launcher_log(kube: Kube, namespace: str, name: str, job: dict, pods) -
                           "size; otherwise find what killed it (kubectl describe pod, the node's kernel log)")
             else:
                 remedy = f"the rank crashed: read its output before mpirun's report ({log_cmd})"
+            return cause, remedy
+        if found.error.startswith("Could not resolve hostname"):
+            cause = f"MPI communication failed: {who} unreachable: its name does not resolve (ssh: {found.error})"
+            remedy = (f"the cluster DNS does not answer for the job's hostnames: check CoreDNS (kubectl -n kube-system "
+                      f"get deploy,pods -l k8s-app=kube-dns), the job's headless Service {name} in {namespace}, and "
+                      "that NetworkPolicies let the job's pods reach DNS (UDP and TCP 53)")
             return cause, remedy
         how = (f"ssh to {found.host} port {found.port}: {found.error}" if found.port is not None else
                f"ssh to {found.host} failed (exit {found.ssh_exit})")

@@ -381,3 +381,20 @@ def test_diagnose_reads_a_running_jobs_launcher_log(monkeypatch):
     monkeypatch.setattr(diagnose_module, "_network_policies", lambda kube, namespace: [])
     found = diagnose(_FakeKube(job, pods, {"k5-launcher-wdxhl": MPICH_SSH_REFUSED}), "ns", "k5")
     assert found.state == "Running" and "worker 1 unreachable" in found.cause, found
+
+
+SSH_UNRESOLVED = ("ssh: Could not resolve hostname k5-worker-1.k5.ns.svc: Temporary failure in name resolution\r\n"
+                  "--------------------------------------------------------------------------\n"
+                  "ORTE was unable to reliably start one or more daemons.\n")
+
+
+def test_diagnose_points_at_the_cluster_dns_when_a_workers_name_does_not_resolve(monkeypatch):
+    """What the fault matrix's coredns-stopped fault shows (localcluster/faults.py)."""
+    assert launcher_log_failure(SSH_UNRESOLVED) == Unreachable(
+        "k5-worker-1.k5.ns.svc", error="Could not resolve hostname k5-worker-1.k5.ns.svc: Temporary failure in name "
+        "resolution")
+    pods = [_pod("k5-launcher-4prgp", "launcher", None, "Failed", 1)]
+    monkeypatch.setattr(diagnose_module, "_network_policies", lambda kube, namespace: [])
+    found = diagnose(_FakeKube(_failed_job("k5", "ns"), pods, {"k5-launcher-4prgp": SSH_UNRESOLVED}), "ns", "k5")
+    assert found.cause.startswith("MPI communication failed: worker 1 unreachable: its name does not resolve"), found
+    assert "CoreDNS" in found.remedy and "k8s-app=kube-dns" in found.remedy, found.remedy

@@ -1,0 +1,576 @@
+"""The fault matrix: one fault of the local cluster each, applied and undone here and nowhere else.
+
+A conformance check is proved by a cluster it fails on (docs/field-engineer.md, "The fault matrix").
+Each Fault below breaks one thing of the running local cluster (a stopped controller, a deleted policy,
+a Kueue configuration without a feature, ...), names the catalog rows the suite must then report
+`failed` and the words their message or diagnosis must contain, and puts the cluster back exactly as
+it was: objects are read before they are changed or deleted and restored from that copy; controllers
+are stopped and started with the local cluster's own functions (processes, realnode, configs).
+
+    with fault.applied():      # undo() runs however the block ends; undo() is idempotent
+        ...run the suite with --only fault.requirements...
+
+localcluster/tests/test_fault_matrix.py runs the matrix against the local cluster; its offline
+selftests check this list against the docs' table and the catalog.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpiplat.localcluster import configs, images, processes, realnode
+from mpiplat.localcluster.kubectl import kubectl
+from mpiplat.localcluster.state import ClusterError, kubeconfig_path, log_file, state_dir
+
+TEAM = "team-a"  # the first team of conformance/settings/local.yml: the rows that read a team read this one
+VIEWER_ROLE = "mpijob-viewer"  # the tenancy role's viewer ClusterRole (tenancy_cluster_roles.viewer)
+# Fields the API server sets: dropped from a saved object before it is created again.
+SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "selfLink",
+                 "deletionTimestamp", "deletionGracePeriodSeconds")
+WAIT_S = 90
+
+
+# ---------------------------------------------------------------- objects through kubectl
+
+def _ns(namespace: str | None) -> list[str]:
+    return ["-n", namespace] if namespace else []
+
+
+def get(kind: str, name: str, namespace: str | None = None) -> dict | None:
+    """The object as JSON, or None when it does not exist."""
+    proc = kubectl("get", kind, name, *_ns(namespace), "-o", "json", "--ignore-not-found", check=True)
+    return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+
+def list_objects(kind: str, namespace: str | None = None, *args: str) -> list[dict]:
+    """Objects of `kind` in `namespace` (every namespace with args "-A"), `args` more kubectl options."""
+    return json.loads(kubectl("get", kind, *_ns(namespace), *args, "-o", "json").stdout)["items"]
+
+
+def clean(obj: dict) -> dict:
+    """A saved object as it can be created again: without status and the fields the server sets."""
+    out = copy.deepcopy(obj)
+    out.pop("status", None)
+    meta = out.get("metadata", {})
+    for key in SERVER_FIELDS:
+        meta.pop(key, None)
+    return out
+
+
+def create(obj: dict) -> None:
+    """Create a saved object again unless an object of that name exists."""
+    meta = obj["metadata"]
+    if get(obj["kind"], meta["name"], meta.get("namespace")) is None:
+        kubectl("create", "-f", "-", input=json.dumps(clean(obj)))
+
+
+def replace(obj: dict) -> None:
+    """Put a saved object back as it was (unconditional update of its spec and metadata)."""
+    kubectl("replace", "-f", "-", input=json.dumps(clean(obj)))
+
+
+def delete(kind: str, name: str, namespace: str | None = None, wait: bool = True) -> None:
+    kubectl("delete", kind, name, *_ns(namespace), "--ignore-not-found", f"--wait={str(wait).lower()}",
+            f"--timeout={WAIT_S}s")
+
+
+# ---------------------------------------------------------------- faults
+
+@dataclass
+class Fault:
+    """One fault: `name` (short, unique), `what` (one line), the rows it must fail (`expect`: row id ->
+    words its message or diagnosis must contain, case-insensitive), and apply/undo. undo() puts back
+    what apply() changed (read before the change) and may run any number of times, also after an
+    apply() that stopped half-way."""
+
+    name: str
+    what: str
+    expect: dict[str, tuple[str, ...]]
+    saved: list = field(default_factory=list, repr=False)
+
+    @property
+    def requirements(self) -> list[str]:
+        return sorted(self.expect)
+
+    def apply(self) -> None:
+        raise NotImplementedError
+
+    def undo(self) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[Fault]:
+        try:
+            self.apply()
+            yield self
+        finally:
+            self.undo()
+
+
+@dataclass
+class DeletedObjects(Fault):
+    """Objects of `kind` (in `namespace`) whose name starts with `prefix` (every one when empty), or the
+    one named `only`, are deleted; undo creates them again from their saved copies."""
+
+    kind: str = ""
+    namespace: str | None = None
+    prefix: str = ""
+    only: str = ""
+    label: str = ""
+    all_namespaces: bool = False
+
+    def _targets(self) -> list[dict]:
+        if self.only:
+            found = get(self.kind, self.only, self.namespace)
+            return [found] if found else []
+        args = (["-l", self.label] if self.label else []) + (["-A"] if self.all_namespaces else [])
+        items = list_objects(self.kind, self.namespace, *args)
+        return [o for o in items if o["metadata"]["name"].startswith(self.prefix)]
+
+    def apply(self) -> None:
+        targets = self._targets()
+        if not targets:
+            raise ClusterError(f"fault {self.name}: no {self.kind} {self.only or self.prefix + '*'} to delete "
+                               f"{'in ' + self.namespace if self.namespace else ''}: is the stack installed?")
+        for obj in targets:
+            self.saved.append(obj)
+            delete(self.kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+
+    def undo(self) -> None:
+        while self.saved:
+            create(self.saved[-1])
+            self.saved.pop()
+
+
+@dataclass
+class CreatedObject(Fault):
+    """An object that must not be there; undo deletes it."""
+
+    obj: dict = field(default_factory=dict)
+
+    def apply(self) -> None:
+        self.saved.append(True)
+        kubectl("create", "-f", "-", input=json.dumps(self.obj))
+
+    def undo(self) -> None:
+        meta = self.obj["metadata"]
+        delete(self.obj["kind"], meta["name"], meta.get("namespace"))
+        self.saved.clear()
+
+
+@dataclass
+class ChangedObject(Fault):
+    """An object changed by a JSON merge patch (or a JSON patch); undo replaces it with its saved copy."""
+
+    kind: str = ""
+    obj_name: str = ""
+    namespace: str | None = None
+    merge: dict | None = None
+    json_patch: list | None = None
+
+    def apply(self) -> None:
+        before = get(self.kind, self.obj_name, self.namespace)
+        if before is None:
+            raise ClusterError(f"fault {self.name}: {self.kind} {self.obj_name} not found: is the stack installed?")
+        self.saved.append(before)
+        how = ["--type=merge", "-p", json.dumps(self.merge)] if self.merge is not None else \
+            ["--type=json", "-p", json.dumps(self.json_patch)]
+        kubectl("patch", self.kind, self.obj_name, *_ns(self.namespace), *how)
+
+    def undo(self) -> None:
+        if self.saved:
+            replace(self.saved[-1])
+            self.saved.clear()
+
+
+# ---------------------------------------------------------------- controllers and the real node
+
+def _controller(name: str) -> processes.Controller:
+    return next(c for c in processes.CONTROLLERS if c.name == name)
+
+
+def _wait_controller(ctl: processes.Controller, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not processes.healthy(ctl):
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{ctl.name} not healthy {timeout:.0f}s after its restart: see {log_file(ctl.name)}")
+        time.sleep(0.25)
+
+
+def start_controller(name: str, config: dict | None = None) -> None:
+    """(Re)start a host-run controller with `config` (default: the local cluster's own), until healthy."""
+    ctl = _controller(name)
+    pki = state_dir() / "pki"
+    processes.stop(ctl)
+    processes.start(ctl, kubeconfig_path(), pki, config if config is not None else configs.controller_config(ctl, pki))
+    _wait_controller(ctl)
+
+
+@dataclass
+class ControllerStopped(Fault):
+    controller: str = ""
+
+    def apply(self) -> None:
+        self.saved.append(True)
+        processes.stop(_controller(self.controller))
+
+    def undo(self) -> None:
+        if self.saved or not processes.running_pid(processes.pid_file(_controller(self.controller))):
+            start_controller(self.controller)
+        self.saved.clear()
+
+
+@dataclass
+class KueueConfigured(Fault):
+    """Kueue restarted with its local configuration less `drop` (dotted keys) or a framework."""
+
+    drop: tuple[str, ...] = ()
+    framework_off: str = ""
+
+    def config(self) -> dict:
+        ctl = _controller("kueue")
+        conf = configs.controller_config(ctl, state_dir() / "pki")
+        for key in self.drop:
+            *path, last = key.split(".")
+            node = conf
+            for part in path:
+                node = node.get(part, {})
+            if last not in node:
+                raise ClusterError(f"fault {self.name}: Kueue's local configuration has no {key}")
+            node.pop(last)
+        if self.framework_off:
+            frameworks = conf["integrations"]["frameworks"]
+            frameworks.remove(self.framework_off)
+        return conf
+
+    def apply(self) -> None:
+        self.saved.append(True)
+        start_controller("kueue", self.config())
+
+    def undo(self) -> None:
+        if self.saved:
+            start_controller("kueue")
+            self.saved.clear()
+
+
+# What kube-router's firewall adds to the host (filter table chains, ipsets); removed by kube_router_firewall_off.
+KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
+KUBE_ROUTER_IPSETS = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
+
+
+def _iptables_save() -> str:
+    return subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True, check=True).stdout
+
+
+def kube_router_firewall_off() -> None:
+    """Remove kube-router's NetworkPolicy firewall from the host while kube-router is stopped: the jumps from
+    the built-in chains, its chains and its ipsets. (Its --cleanup-config also flushes every IPVS table and
+    destroys every ipset of the host, so this removes only what is kube-router's.) kube-router programs it
+    all again when it starts."""
+    rules = _iptables_save().splitlines()
+    for line in rules:
+        if line.startswith("-A ") and " -j " in line and line.split()[1] in ("INPUT", "FORWARD", "OUTPUT") \
+                and line.rsplit(" -j ", 1)[1].split()[0].startswith(KUBE_ROUTER_CHAINS):
+            subprocess.run(["iptables", "-t", "filter", "-D", *shlex.split(line[3:])], capture_output=True, check=True)
+    chains = [line[1:].split()[0] for line in rules if line.startswith(":") and line[1:].startswith(KUBE_ROUTER_CHAINS)]
+    for flag in ("-F", "-X"):
+        for chain in chains:
+            subprocess.run(["iptables", "-t", "filter", flag, chain], capture_output=True, check=True)
+    sets = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=True).stdout.split()
+    for name in sets:
+        if name.startswith(KUBE_ROUTER_IPSETS):
+            subprocess.run(["ipset", "destroy", name], capture_output=True, check=True)
+
+
+@dataclass
+class KubeRouterStopped(Fault):
+    """NetworkPolicies not enforced: kube-router stopped and its firewall (iptables chains, ipsets) removed;
+    undo starts it again (realnode's own start), which programs every policy anew."""
+
+    def apply(self) -> None:
+        proc = realnode._process("kube-router")
+        self.saved.append(True)
+        pid = processes.running_pid(proc.pid_file())
+        if pid:
+            processes.stop_pid(pid)
+        proc.pid_file().unlink(missing_ok=True)
+        kube_router_firewall_off()
+        left = [line for line in _iptables_save().splitlines() if any(c in line for c in KUBE_ROUTER_CHAINS)]
+        if left:
+            raise ClusterError(f"fault {self.name}: kube-router's firewall left {len(left)} iptables lines, e.g. "
+                               f"{left[0]}")
+
+    def undo(self) -> None:
+        proc = realnode._process("kube-router")
+        if self.saved or not processes.running_pid(proc.pid_file()):
+            realnode._start(proc)
+            realnode._wait_healthy(proc, timeout=WAIT_S)
+        self.saved.clear()
+
+
+@dataclass
+class ImageRemoved(Fault):
+    """A local image removed from the real node's containerd (the node pulls from no registry); undo
+    imports it again from the image cache."""
+
+    recipe: str = ""
+
+    def apply(self) -> None:
+        image = images.recipe(self.recipe).image
+        self.saved.append(image)
+        subprocess.run([*realnode.ctr(), "images", "rm", image], capture_output=True, text=True)
+        if image in images.images_in(realnode.ctr()):
+            raise ClusterError(f"fault {self.name}: {image} is still in the real node's containerd")
+
+    def undo(self) -> None:
+        images.import_into(realnode.ctr(), [self.recipe], stream=io.StringIO())
+        self.saved.clear()
+
+
+@dataclass
+class Scaled(Fault):
+    """A Deployment scaled to `replicas`; undo scales it back and waits for its rollout."""
+
+    namespace: str = ""
+    deployment: str = ""
+    replicas: int = 0
+
+    def apply(self) -> None:
+        before = get("deployment", self.deployment, self.namespace)
+        if before is None:
+            raise ClusterError(f"fault {self.name}: no Deployment {self.namespace}/{self.deployment}")
+        self.saved.append(before["spec"].get("replicas", 1))
+        kubectl("-n", self.namespace, "scale", f"deployment/{self.deployment}", f"--replicas={self.replicas}")
+
+    def undo(self) -> None:
+        if self.saved:
+            kubectl("-n", self.namespace, "scale", f"deployment/{self.deployment}", f"--replicas={self.saved[-1]}")
+            kubectl("-n", self.namespace, "rollout", "status", f"deployment/{self.deployment}", f"--timeout={WAIT_S}s")
+            self.saved.clear()
+
+
+@dataclass
+class NodesCordoned(Fault):
+    """Every node that advertises GPUs and is schedulable is cordoned; undo uncordons exactly those."""
+
+    resource: str = "nvidia.com/gpu"
+
+    def apply(self) -> None:
+        for node in list_objects("nodes"):
+            if int((node["status"].get("allocatable") or {}).get(self.resource, "0")) > 0 \
+                    and not node["spec"].get("unschedulable"):
+                self.saved.append(node["metadata"]["name"])
+        for name in self.saved:
+            kubectl("cordon", name)
+
+    def undo(self) -> None:
+        while self.saved:
+            kubectl("uncordon", self.saved[-1])
+            self.saved.pop()
+
+
+@dataclass
+class WorkerMemoryCapped(Fault):
+    """A worker OOM: while applied, every MPIJob worker pod that runs on the real node gets its pod cgroup's
+    memory limit set a few MiB above what it uses when it starts (sshd alone), so the kernel's OOM killer
+    takes the MPI rank that mpirun then starts there. Nothing is changed outside those pods' cgroups."""
+
+    margin_mib: int = 24
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    capped: set = field(default_factory=set, repr=False)
+
+    def _cap(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                pods = json.loads(kubectl("get", "pods", "-A", "-l", "training.kubeflow.org/job-role=worker",
+                                          "--field-selector", f"spec.nodeName={realnode.NAME}", "-o", "json",
+                                          check=False).stdout or "{}").get("items", [])
+            except ValueError:
+                continue
+            for pod in pods:
+                uid = pod["metadata"]["uid"]
+                statuses = pod["status"].get("containerStatuses") or []
+                running = any("running" in (cs.get("state") or {}) for cs in statuses)
+                if uid in self.capped or not running:
+                    continue
+                for d in _pod_cgroups(uid):
+                    try:
+                        used = int((d / "memory.usage_in_bytes").read_text())
+                        (d / "memory.limit_in_bytes").write_text(str(used + self.margin_mib * 2**20))
+                        self.capped.add(uid)
+                    except OSError:
+                        pass
+
+    def apply(self) -> None:
+        self.saved.append(True)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._cap, name=f"fault-{self.name}", daemon=True)
+        self._thread.start()
+
+    def undo(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        self._thread = None
+        self.capped.clear()
+        self.saved.clear()
+
+
+def _pod_cgroups(uid: str) -> list[Path]:
+    """The memory cgroup directories of a pod (cgroup v1, the kubelet's cgroupfs driver)."""
+    root = Path("/sys/fs/cgroup/memory/kubepods")
+    return [p for p in root.glob(f"**/pod{uid}") if p.is_dir()] if root.is_dir() else []
+
+
+# ---------------------------------------------------------------- the matrix
+
+def _v1_version() -> list[dict]:
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return [{"op": "add", "path": "/spec/versions/-",
+             "value": {"name": "v1", "served": True, "storage": False, "schema": schema}}]
+
+
+def matrix() -> list[Fault]:
+    """Every fault of the matrix, new objects (each holds what it saved while applied)."""
+    return [
+        KubeRouterStopped(
+            "netpol-not-enforced", "kube-router stopped and its iptables rules and ipsets removed: NetworkPolicies "
+            "exist but nothing enforces them",
+            {"ISO-03": ("not enforced",), "FAIL-05": ("did not fail", "not enforced")}),
+        DeletedObjects(
+            "team-netpols-deleted", f"every NetworkPolicy of team namespace {TEAM} deleted",
+            {"ISO-03": ("has no NetworkPolicies",)}, kind="networkpolicies", namespace=TEAM),
+        ChangedObject(
+            "ssh-blocked", f"{TEAM}'s NetworkPolicy {TEAM}-mpijob-launcher-to-worker admits TCP 2223 instead of "
+            "the workers' sshd (2222): the launcher cannot reach the workers over SSH",
+            {"ISO-03": ("TCP 2222",)}, kind="networkpolicy", obj_name=f"{TEAM}-mpijob-launcher-to-worker",
+            namespace=TEAM, json_patch=[{"op": "add", "path": "/spec/ingress/0/ports",
+                                         "value": [{"protocol": "TCP", "port": 2223}]}]),
+        DeletedObjects(
+            "guardrails-absent", "the guardrails' ValidatingAdmissionPolicyBindings (mpiplat-*) deleted",
+            {"ISO-04": ("was admitted", "guardrails"), "JOB-05": ("was admitted", "guardrails"),
+             "FAIL-03": ("guardrail is missing",)},
+            kind="validatingadmissionpolicybindings", prefix="mpiplat-"),
+        ChangedObject(
+            "token-automount", f"{TEAM}'s default ServiceAccount mounts API tokens (automountServiceAccountToken true)",
+            {"ISO-02": ("API token", "tenancy_automount_service_account_token")},
+            kind="serviceaccount", obj_name="default", namespace=TEAM, merge={"automountServiceAccountToken": True}),
+        CreatedObject(
+            "viewer-bound-to-edit", f"{TEAM}'s viewer (User auditor@example.com) also bound to ClusterRole edit",
+            {"ISO-01": ("viewers may", "mpiplat-fault-viewer-edit")},
+            obj={"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": "mpiplat-fault-viewer-edit", "namespace": TEAM},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                               "name": "auditor@example.com"}]}),
+        KueueConfigured(
+            "kueue-no-waitforpodsready", "Kueue restarted without waitForPodsReady in its configuration",
+            {"SCH-05": ("waitForPodsReady",)}, drop=("waitForPodsReady",)),
+        KueueConfigured(
+            "kueue-no-mpijob", "Kueue restarted without the kubeflow.org/mpijob integration",
+            {"INS-03": ("kubeflow.org/mpijob",)}, framework_off="kubeflow.org/mpijob"),
+        ControllerStopped(
+            "kueue-stopped", "Kueue (controller and webhook) stopped",
+            {"INS-03": ("webhook does not answer",), "SCH-01": ("failed calling webhook",),
+             "SCH-02": ("failed calling webhook",), "SCH-03": ("failed calling webhook",),
+             "SCH-08": ("failed calling webhook",), "FAIL-04": ("failed calling webhook",)},
+            controller="kueue"),
+        ControllerStopped(
+            "mpi-operator-stopped", "mpi-operator stopped",
+            {"INS-01": ("mpi-operator", "not renewed")}, controller="mpi-operator"),
+        ControllerStopped(
+            "trainer-stopped", "Trainer's controller manager (and its webhook) stopped",
+            {"INS-01": ("trainer", "webhook does not answer"), "JOB-04": ("failed calling webhook",)},
+            controller="trainer-controller-manager"),
+        ChangedObject(
+            "mpijob-v1-crd", "the MPIJob CRD also serves kubeflow.org/v1 (as Training Operator v1 installs it)",
+            {"INS-02": ("Training Operator v1",)}, kind="crd", obj_name="mpijobs.kubeflow.org",
+            json_patch=_v1_version()),
+        DeletedObjects(
+            "team-queue-deleted", f"{TEAM}'s ClusterQueue (the team's GPU quota in Kueue) deleted",
+            {"INS-03": (f"['{TEAM}'] do not exist",)}, kind="clusterqueues.kueue.x-k8s.io", only=TEAM),
+        CreatedObject(
+            "clusterqueue-inactive", "a ClusterQueue whose ResourceFlavor is missing (Inactive)",
+            {"INS-03": ("not Active", "mpiplat-fault-inactive")},
+            obj={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+                 "metadata": {"name": "mpiplat-fault-inactive"},
+                 "spec": {"namespaceSelector": {"matchLabels": {"mpiplat.io/fault": "none"}},
+                          "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+                              {"name": "mpiplat-fault-missing-flavor",
+                               "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}),
+        ImageRemoved(
+            "mpi-image-missing", "the Open MPI image (mpiplat.local/openmpi:1) removed from the real node",
+            {"JOB-01": ("ImagePull",)}, recipe="openmpi"),
+        Scaled(
+            "coredns-stopped", "CoreDNS scaled to 0 (kube-system/coredns): the cluster's DNS does not answer",
+            {"JOB-01": ("resolve",)}, namespace="kube-system", deployment="coredns", replicas=0),
+        WorkerMemoryCapped(
+            "worker-oom", "a worker OOM: each real MPIJob worker's memory limit lowered to what its sshd uses + "
+                          "24 MiB, so the kernel OOM-kills the MPI rank",
+            {"JOB-01": ("signal 9", "memory limit")}),
+        DeletedObjects(
+            "dashboard-deleted", "the monitoring role's MPIJob Overview dashboard ConfigMap deleted",
+            {"INS-05": ("dashboard ConfigMap is missing",)}, kind="configmaps", all_namespaces=True,
+            label="grafana_dashboard=1", prefix="mpiplat-mpijob-overview-dashboard"),
+        NodesCordoned(
+            "gpu-nodes-cordoned", "every GPU node cordoned (unschedulable)",
+            {"INS-04": ("no schedulable node advertises",)}),
+    ]
+
+
+# Catalog rows that run locally (where: sim or real) with no fault in the matrix, and why.
+NOT_IN_MATRIX = {
+    "JOB-02": "the same check as JOB-01 (Intel MPI image); JOB-01's faults stand for it",
+    "JOB-03": "the same check as JOB-01 (MPICH image); JOB-01's faults stand for it",
+    "JOB-06": "fails under mpi-operator stopped only after its 60 s wait per job; too slow for the matrix",
+    "JOB-07": "fails under mpi-operator stopped only after its 120 s wait; too slow for the matrix",
+    "JOB-08": "fails under mpi-operator stopped only after its 60 s wait; too slow for the matrix",
+    "JOB-09": "fails under mpi-operator stopped only after its 60 s wait; too slow for the matrix",
+    "JOB-10": "local-path-provisioner stopped leaves the PVC Pending: the row fails only at its 600 s timeout",
+    "JOB-11": "mpi-image-missing fails it after its 120 s wait for the workers; too slow for the matrix",
+    "FAIL-01": "the row applies its fault itself (worker 1's rank SIGKILLed, as the OOM killer does) and "
+               "requires the diagnosis; worker-oom shows the same diagnosis for JOB-01",
+    "FAIL-02": "the row applies its fault itself (an image that cannot be pulled) and requires the diagnosis",
+    "SCH-04": "the local cluster's one scheduler is kube-scheduler, which cannot be made to ignore selectors "
+              "or taints",
+    "SCH-07": "Kueue without fairSharing fails it only after its 120 s admission wait; too slow for the matrix",
+    "SCALE-01": "fails under mpi-operator stopped only after its 600 s wait; too slow for the matrix",
+    "SCALE-02": "fails under mpi-operator stopped only after its 300 s wait; too slow for the matrix",
+}
+
+
+def baseline() -> dict:
+    """What every fault must leave as it found it: the team's NetworkPolicies, ServiceAccount and
+    RoleBindings, ClusterQueues, CRD versions, guardrail bindings, the images of the real node, cordons,
+    CoreDNS replicas and the controllers' health."""
+
+    def specs(kind: str, namespace: str | None = None) -> dict:
+        return {o["metadata"]["name"]: o.get("spec") for o in list_objects(kind, namespace)}
+
+    sa = get("serviceaccount", "default", TEAM) or {}
+    return {
+        "networkpolicies": specs("networkpolicies", TEAM),
+        "rolebindings": {o["metadata"]["name"]: [o["roleRef"], o.get("subjects")]
+                         for o in list_objects("rolebindings", TEAM)},
+        "automount": sa.get("automountServiceAccountToken"),
+        "clusterqueues": specs("clusterqueues.kueue.x-k8s.io"),
+        "crds": {o["metadata"]["name"]: sorted(v["name"] for v in o["spec"]["versions"] if v["served"])
+                 for o in list_objects("crds")},
+        "guardrails": specs("validatingadmissionpolicybindings"),
+        "dashboards": sorted(o["metadata"]["name"]
+                             for o in list_objects("configmaps", None, "-A", "-l", "grafana_dashboard=1")),
+        "cordoned": sorted(o["metadata"]["name"] for o in list_objects("nodes") if o["spec"].get("unschedulable")),
+        "coredns": (get("deployment", "coredns", "kube-system") or {}).get("spec", {}).get("replicas"),
+        "images": sorted(i for i in images.images_in(realnode.ctr()) if i.startswith("mpiplat.local/")),
+    }

@@ -1,0 +1,75 @@
+"""The fault matrix against the local cluster: for each fault of mpiplat.localcluster.faults, the
+conformance suite (only the rows concerned, `--only`) must report each of those rows `failed`, with the
+fault's words in its message or diagnosis; then the fault is undone and the cluster must be as before
+(healthy, and the objects faults touch unchanged: faults.baseline).
+
+Each fault's times (apply, suite, undo) are printed as it ends:
+    pytest localcluster/tests/test_fault_matrix.py -p no:cacheprovider [-k FAULT]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpiplat.localcluster import cluster, faults
+
+pytestmark = pytest.mark.cluster
+
+SUITE = Path(__file__).resolve().parents[2] / "conformance" / "suite"
+SUITE_TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="module")
+def before(kube) -> dict:
+    """The cluster as the matrix found it (the `kube` fixture makes sure it is up)."""
+    return faults.baseline()
+
+
+def run_suite(requirements: list[str], report_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """The conformance suite's cluster profile, only `requirements`, against the local cluster."""
+    cmd = [sys.executable, "-m", "pytest", str(SUITE), "--profile", "cluster", "--only", ",".join(requirements),
+           "--kubeconfig", str(cluster.kubeconfig_path()), "--report-dir", str(report_dir), "-p", "no:cacheprovider"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+    results = report_dir / "results.json"
+    assert results.is_file(), f"the suite wrote no results.json (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
+    return proc, json.loads(results.read_text())
+
+
+@pytest.mark.timeout(SUITE_TIMEOUT_S + 300)
+@pytest.mark.parametrize("fault", faults.matrix(), ids=lambda f: f.name)
+def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, before, tmp_path, capsys):
+    times = {}
+    start = time.monotonic()
+    try:
+        fault.apply()
+        times["apply"] = time.monotonic() - start
+        proc, results = run_suite(fault.requirements, tmp_path)
+        times["suite"] = time.monotonic() - start - times["apply"]
+    finally:
+        undo = time.monotonic()
+        fault.undo()
+        times["undo"] = time.monotonic() - undo
+    with capsys.disabled():
+        print(f"\n  fault {fault.name}: apply {times.get('apply', 0):.0f}s, suite {times.get('suite', 0):.0f}s "
+              f"({', '.join(fault.requirements)}), undo {times['undo']:.0f}s", flush=True)
+    reqs = results["requirements"]
+    wrong = []
+    for rid, words in fault.expect.items():
+        r = reqs.get(rid)
+        if r is None:
+            wrong.append(f"{rid} not in the report")
+            continue
+        text = f"{r['message']}\n{r['diagnosis']}".lower()
+        missing = [w for w in words if w.lower() not in text]
+        if r["status"] != "failed" or missing:
+            wrong.append(f"{rid} {r['status']} (words missing: {missing}): {r['message'][:600]}")
+    assert not wrong, f"under fault {fault.name} ({fault.what}):\n" + "\n".join(wrong) + \
+        f"\n--- suite output\n{proc.stdout[-4000:]}"
+    assert cluster.status()["healthy"], f"the cluster is not healthy after undoing {fault.name}"
+    assert faults.baseline() == before, f"undoing {fault.name} did not restore the cluster"

@@ -1,0 +1,104 @@
+"""The fault matrix offline: its list (mpiplat.localcluster.faults), the docs' table and the catalog agree,
+and every catalog row that runs locally has a fault or a reason why not. (Against the cluster:
+test_fault_matrix.py.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mpiplat.conformance.catalog import REQUIREMENTS
+from mpiplat.localcluster import faults
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "field-engineer.md"
+LOCAL = {rid for rid, row in REQUIREMENTS.items() if "sim" in row["where"] or "real" in row["where"]}
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def _table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of the table rows whose first cell matches `first_cell` (a regex)."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            if re.fullmatch(first_cell, cells[0]):
+                rows.append(cells)
+    return rows
+
+
+def _doc() -> tuple[dict[str, dict], dict[str, str]]:
+    section = _section(DOC.read_text(), "The fault matrix")
+    table = {}
+    for name, what, rows, words, _time in _table_rows(section, r"`[a-z0-9-]+`"):
+        expect = {}
+        for part in words.split("; "):
+            rid, _, said = part.partition(": ")
+            expect[rid] = tuple(re.findall(r'"([^"]+)"', said))
+        table[name.strip("`")] = {"what": what, "rows": rows.split(", "), "expect": expect}
+    why = {cells[0]: cells[1] for cells in _table_rows(section, r"[A-Z]+-\d+")}
+    return table, why
+
+
+def test_every_fault_is_a_row_of_the_docs_table_and_the_reverse():
+    table, _ = _doc()
+    matrix = {f.name: f for f in faults.matrix()}
+    assert sorted(table) == sorted(matrix), "the docs table (The fault matrix) and localcluster/faults.py differ"
+    for name, f in matrix.items():
+        assert table[name] == {"what": f.what, "rows": f.requirements, "expect": dict(sorted(f.expect.items()))}, name
+
+
+def test_the_docs_say_why_each_row_without_a_fault_has_none():
+    _, why = _doc()
+    assert why == faults.NOT_IN_MATRIX
+
+
+def test_every_local_catalog_row_has_a_fault_or_a_reason():
+    covered = {rid for f in faults.matrix() for rid in f.requirements}
+    assert covered <= set(REQUIREMENTS), covered - set(REQUIREMENTS)
+    assert set(faults.NOT_IN_MATRIX) <= LOCAL, set(faults.NOT_IN_MATRIX) - LOCAL
+    assert not covered & set(faults.NOT_IN_MATRIX), "a row with a fault is also listed as having none"
+    assert LOCAL <= covered | set(faults.NOT_IN_MATRIX), f"local rows with neither: {LOCAL - covered}"
+
+
+def test_at_least_15_faults_each_named_once_each_with_words_to_find():
+    names = [f.name for f in faults.matrix()]
+    assert len(names) >= 15 and len(set(names)) == len(names)
+    for f in faults.matrix():
+        assert f.expect and all(words and all(w.strip() for w in words) for words in f.expect.values()), f.name
+
+
+@pytest.mark.parametrize("obj, kept", [
+    ({"kind": "X", "metadata": {"name": "a", "uid": "u", "resourceVersion": "1", "managedFields": [],
+                                "creationTimestamp": "t", "labels": {"l": "v"}}, "status": {"s": 1}, "spec": {}},
+     {"kind": "X", "metadata": {"name": "a", "labels": {"l": "v"}}, "spec": {}}),
+])
+def test_a_saved_object_is_created_again_without_what_the_server_set(obj, kept):
+    assert faults.clean(obj) == kept
+    assert "uid" in obj["metadata"]  # the saved copy itself is left as read
+
+
+def test_undo_without_apply_changes_nothing(monkeypatch):
+    """undo() is idempotent: a fault that was never applied (or already undone) touches nothing."""
+    calls = []
+    monkeypatch.setattr(faults, "kubectl", lambda *a, **kw: calls.append(a))
+    for f in faults.matrix():
+        if isinstance(f, faults.DeletedObjects | faults.ChangedObject | faults.Scaled | faults.NodesCordoned
+                      | faults.KueueConfigured | faults.WorkerMemoryCapped):
+            f.undo()
+    assert calls == []
+
+
+def test_the_kueue_faults_drop_what_they_say_from_the_local_configuration(monkeypatch):
+    monkeypatch.setattr(faults.configs, "controller_config",
+                        lambda ctl, pki: {"waitForPodsReady": {"enable": True}, "integrations": {
+                            "frameworks": ["kubeflow.org/mpijob", "trainer.kubeflow.org/trainjob"]}})
+    by_name = {f.name: f for f in faults.matrix()}
+    assert "waitForPodsReady" not in by_name["kueue-no-waitforpodsready"].config()
+    assert by_name["kueue-no-mpijob"].config()["integrations"]["frameworks"] == ["trainer.kubeflow.org/trainjob"]
