@@ -6,7 +6,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup build demo test test-offline test-helm test-stack lint clean-cluster
+.PHONY: setup build demo test test-offline test-helm test-stack stack-tenancy stack-others lint clean-cluster
 
 setup: $(VENV)/.installed
 
@@ -39,7 +39,9 @@ BUNDLE ?= /tmp/mpiplat-test-bundle
 #   helm:    molecule `helm` on a bare cluster of its own (MPIPLAT_CLUSTER=helm) from a fresh bundle;
 #   stack:   molecule `default` on the full local cluster with its real node (it leaves the stack and
 #            the teams installed), then the conformance suite's `cluster` profile (simulated and real
-#            pods), then the other `cluster` tests: local cluster, playbooks. The last one stops the cluster.
+#            pods), then the fault matrix (alone: it breaks the stack one fault at a time), then the other
+#            `cluster` tests in two processes (local cluster, playbooks, selftests: they share the
+#            cluster, not objects), then the `last` one, which stops the cluster.
 test: build
 	@$(MAKE) --no-print-directory -j3 test-offline test-helm test-stack
 
@@ -58,8 +60,20 @@ test-stack: build
 	{ $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up && eval "$$($(BIN)/mpiplat cluster env)" \
 	  && $(BIN)/molecule test -s default \
 	  && $(BIN)/pytest conformance/suite --profile cluster --durations=10 \
-	  && $(BIN)/pytest -m cluster --durations=20; } 2>&1 \
+	  && $(BIN)/pytest -m faults -p no:cacheprovider \
+	  && $(MAKE) --no-print-directory -j2 stack-tenancy stack-others \
+	  && $(BIN)/pytest -m "cluster and last" -p no:cacheprovider; } 2>&1 \
 	  | sed -u 's/^/[stack] /'
+
+# The stack lane's other `cluster` tests, split in two about equal halves.
+STACK_TESTS   = -m "cluster and not faults and not last" -p no:cacheprovider --durations=10
+STACK_TENANCY = playbooks/tests/test_tenancy.py playbooks/tests/test_monitoring.py
+
+stack-tenancy:
+	$(BIN)/pytest $(STACK_TESTS) $(STACK_TENANCY) 2>&1 | sed -u 's/^/[tenancy] /'
+
+stack-others:
+	$(BIN)/pytest $(STACK_TESTS) $(addprefix --ignore=,$(STACK_TENANCY)) 2>&1 | sed -u 's/^/[others] /'
 
 lint: setup
 	$(BIN)/ruff check src localcluster conformance charts playbooks roles conftest.py

@@ -298,12 +298,8 @@ class KubeRouterStopped(Fault):
     undo starts it again (realnode's own start), which programs every policy anew."""
 
     def apply(self) -> None:
-        proc = realnode._process("kube-router")
         self.saved.append(True)
-        pid = processes.running_pid(proc.pid_file())
-        if pid:
-            processes.stop_pid(pid)
-        proc.pid_file().unlink(missing_ok=True)
+        realnode.stop_process("kube-router")
         kube_router_firewall_off()
         left = [line for line in _iptables_save().splitlines() if any(c in line for c in KUBE_ROUTER_CHAINS)]
         if left:
@@ -311,10 +307,8 @@ class KubeRouterStopped(Fault):
                                f"{left[0]}")
 
     def undo(self) -> None:
-        proc = realnode._process("kube-router")
-        if self.saved or not processes.running_pid(proc.pid_file()):
-            realnode._start(proc)
-            realnode._wait_healthy(proc, timeout=WAIT_S)
+        if self.saved or not realnode.process_running("kube-router"):
+            realnode.start_process("kube-router", timeout=WAIT_S)
         self.saved.clear()
 
 

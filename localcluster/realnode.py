@@ -460,6 +460,26 @@ def _process(name: str) -> NodeProcess:
     return next(p for p in PROCESSES if p.name == name)
 
 
+def start_process(name: str, timeout: float = 90) -> None:
+    """Start one of the node's processes (`PROCESSES`) unless it runs, and wait until it is healthy."""
+    proc = _process(name)
+    _start(proc)
+    _wait_healthy(proc, timeout=timeout)
+
+
+def stop_process(name: str) -> None:
+    """Stop one of the node's processes; `start_process` or `up` starts it again."""
+    proc = _process(name)
+    pid = processes.running_pid(proc.pid_file())
+    if pid:
+        processes.stop_pid(pid)
+    proc.pid_file().unlink(missing_ok=True)
+
+
+def process_running(name: str) -> bool:
+    return bool(processes.running_pid(_process(name).pid_file()))
+
+
 def _wait_ready(timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while not node_ready():

@@ -204,6 +204,16 @@ def test_the_workload_runtime_patch_fits_the_pinned_trainjob_schema(trainer_root
     assert not {"image", "command"} & set(container["properties"])
 
 
+def test_a_trainjob_env_is_the_trainers_env_list_and_fits_the_pinned_schema(trainer_root):
+    crd = yaml.safe_load((trainer_root / "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml").read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v["name"] == jobs.TRAINJOB_API.split("/")[1]]
+    manifest = jobs.trainjob(jobs.TrainJobSpec(name="env", env={"OMPI_MCA_orte_default_hostfile": "/tmp/h", "N": 2}))
+    assert manifest["spec"]["trainer"]["env"] == [{"name": "OMPI_MCA_orte_default_hostfile", "value": "/tmp/h"},
+                                                  {"name": "N", "value": "2"}]
+    jsonschema.validate(manifest, version["schema"]["openAPIV3Schema"])
+    assert "env" not in jobs.trainjob(jobs.TrainJobSpec(name="plain"))["spec"]["trainer"]
+
+
 @pytest.mark.parametrize("runtime_file", TRAINER_RUNTIMES)
 def test_the_pinned_mpi_runtimes_have_the_jobs_and_container_the_trainjob_patches(trainer_root, runtime_file):
     """Trainer's webhook rejects a patch of a job or container the runtime lacks; trainer.image and command

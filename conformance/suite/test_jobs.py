@@ -11,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance import workloads
+from mpiplat.conformance.health import api_message
 from mpiplat.conformance.watch import (
     JOB_LABEL,
     ROLE_LABEL,
@@ -147,6 +148,26 @@ def test_trainjob_on_mpi_runtime_completes(kube, run, settings, capabilities, tr
     run.record("JOB-04", "real TrainJob (2 nodes, Open MPI) submit -> Complete", seen["Complete"], "s")
     run.record("JOB-04", "real TrainJob launcher wait for its own DNS name", int(waited[1]) if waited else 0, "s")
     run.record("JOB-04", "real TrainJob launcher restarts", restarts)
+
+
+@pytest.mark.requirement("JOB-04")
+def test_trainjob_that_sets_a_reserved_mpi_variable_is_rejected_at_submit(kube, run, trainjob_spec):
+    """Trainer validates a TrainJob against its runtime: on the MPI ClusterTrainingRuntime, a trainer env
+    that sets a variable its MPI plugin owns (the hostfile's location) is refused at submit, naming
+    spec.trainer.env. Nothing is created."""
+    ns = run.namespace()
+    spec = trainjob_spec("reserved", ns, env={"OMPI_MCA_orte_default_hostfile": "/tmp/hostfile"})
+    try:
+        kube.create(TRAINJOB, jobs.trainjob(spec))
+    except ApiException as err:
+        msg = api_message(err)
+        assert "failed calling webhook" not in msg, f"Trainer's TrainJob webhook does not answer: {msg}"
+        assert err.status in (400, 403, 422) and "spec.trainer.env" in msg \
+            and "OMPI_MCA_orte_default_hostfile" in msg, f"rejected, but not for its reserved variable: {msg}"
+        return
+    pytest.fail(f"{ns}/reserved, a TrainJob on {spec.runtime} that sets OMPI_MCA_orte_default_hostfile, was "
+                "admitted: Trainer's validating webhook for TrainJobs is not registered or does not check "
+                "the runtime's MPI policy")
 
 
 @pytest.mark.requirement("JOB-05")

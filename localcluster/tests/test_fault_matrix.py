@@ -19,7 +19,7 @@ import pytest
 
 from mpiplat.localcluster import cluster, faults
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 
 SUITE = Path(__file__).resolve().parents[2] / "conformance" / "suite"
 SUITE_TIMEOUT_S = 900

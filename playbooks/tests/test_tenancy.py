@@ -4,7 +4,8 @@ with SubjectAccessReviews); the NetworkPolicies select exactly the pods of a run
 meant for; one team can be removed and re-added without touching the other; state absent removes it all.
 
 Everything here is named tn-* (teams, namespaces, flavor) except the ClusterRoles mpijob-admin/-user/-viewer,
-which the role always creates under those names.
+which the role always creates under those names (state absent keeps them while other teams' releases are left,
+as site.yml's teams are in `make test`).
 """
 
 from __future__ import annotations
@@ -324,6 +325,28 @@ def test_tenants_playbook_removes_one_team_leaves_the_other_and_re_adds_it(kube,
     assert kube.get(CLUSTERQUEUE, ALPHA)["metadata"]["generation"] == alpha_before["metadata"]["generation"]
 
 
+def test_a_token_automount_changed_by_hand_is_reported_by_check_and_put_back(kube, tenancy):
+    """FR-024: the role owns automountServiceAccountToken of each team namespace's default ServiceAccount
+    (tenancy_automount_service_account_token: false). Turned on by hand, --check reports the one change
+    and makes none; a run turns it off again."""
+    env, vars_file = tenancy
+
+    def automount() -> bool | None:
+        return kube.core.read_namespaced_service_account("default", ALPHA).automount_service_account_token
+
+    assert automount() is False
+    kube.core.patch_namespaced_service_account("default", ALPHA, {"automountServiceAccountToken": True})
+    try:
+        rc, out, changed = _run(env, vars_file, "-e", f"tenant={ALPHA}", "--check", playbook="playbooks/tenants.yml")
+        assert rc == 0 and changed == 1, out[-4000:]
+        assert automount() is True
+        rc, out, changed = _run(env, vars_file, "-e", f"tenant={ALPHA}", playbook="playbooks/tenants.yml")
+        assert rc == 0 and changed == 1, out[-4000:]
+        assert automount() is False
+    finally:
+        kube.core.patch_namespaced_service_account("default", ALPHA, {"automountServiceAccountToken": False})
+
+
 def test_tenants_playbook_refuses_a_team_that_is_not_in_mpiplat_teams(kube, tenancy):
     env, vars_file = tenancy
     rc, out, changed = _run(env, vars_file, "-e", "tenant=tn-nobody", playbook="playbooks/tenants.yml")
@@ -374,17 +397,20 @@ def test_state_absent_removes_everything_the_role_created(kube, tenancy):
         assert _gone(lambda t=team: kube.core.read_namespace(t), timeout=120)
     assert _gone(lambda: kube.get(RESOURCEFLAVOR, FLAVOR))
     rbac = client.RbacAuthorizationV1Api(kube.api_client)
-    for role in CLUSTER_ROLES:
-        assert _gone(lambda r=role: rbac.read_cluster_role(r))
     assert not _releases(kube)
     try:
         others = kube.core.list_namespaced_secret(RELEASE_NS, label_selector="owner=helm").items
     except ApiException as err:
         assert err.status == 404
         others = []
-    if others:  # other teams' releases (e.g. site.yml's) keep the shared namespace
+    if others:  # other teams' releases (e.g. site.yml's) keep the shared namespace and ClusterRoles
         assert kube.core.read_namespace(RELEASE_NS).status.phase == "Active"
+        for role in CLUSTER_ROLES:
+            rbac.read_cluster_role(role)
+        assert "are kept" in out, out[-4000:]
     else:
         assert _gone(lambda: kube.core.read_namespace(RELEASE_NS), timeout=120)
+        for role in CLUSTER_ROLES:
+            assert _gone(lambda r=role: rbac.read_cluster_role(r))
     rc, out, changed = _run(env, vars_file, "-e", "state=absent")
     assert rc == 0 and changed == 0, out[-4000:]

@@ -281,6 +281,8 @@ class TrainJobSpec:
     num_nodes: int = 2
     command: list[str] | None = None
     image: str | None = None
+    # Environment of the trainer's containers (Trainer refuses the MPI variables its MPI plugin sets).
+    env: dict[str, str] = field(default_factory=dict)
     # A workload program run on every slot of the runtime's hostfile by the launcher's mpirun (Open MPI: the
     # only MPI of Trainer v2.3's MPI plugin), instead of `command`: WORKLOADS_DIR/<workload>.py from the
     # WORKLOADS_CONFIGMAP ConfigMap, mounted into the `placed_jobs`' pods by a runtime patch.
@@ -345,6 +347,8 @@ def trainjob(spec: TrainJobSpec) -> dict:
         trainer["command"] = list(spec.command)
     if spec.image:
         trainer["image"] = spec.image
+    if spec.env:
+        trainer["env"] = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
     labels = dict(spec.labels)
     if spec.queue:
         labels[QUEUE_LABEL] = spec.queue
