@@ -572,7 +572,7 @@ def down(say: Callable[[str], None]) -> None:
         raise ClusterError(f"the host differs from before `mpiplat cluster up` after `down`: {left[0]}"
                            + (f" (and {len(left) - 1} more)" if len(left) > 1 else "")
                            + "; fix it by hand, then run `mpiplat cluster down` again\n" + "\n".join(left))
-    snapshot_file().unlink()
+    snapshot_file().unlink(missing_ok=True)  # a concurrent `down` may have restored it first
     shutil.rmtree(node_dir(), ignore_errors=True)
     say("  host restored (sysctls, iptables, ipsets, links, mounts, paths, cgroups)")
 
