@@ -4,6 +4,10 @@ Each image has one recipe in RECIPES and a fixed local name (mpiplat.local/<name
 
   pause     the pod sandbox: localcluster/images/pause.c compiled with `gcc -static -Os`, as /pause
   coredns   the cluster DNS: the pinned CoreDNS binary from `mpiplat cluster build`, as /coredns
+  kueue, jobset, trainer, mpi-operator
+            the controllers as their charts (mpi-operator: its manifest) run them: the pinned binary
+            as /manager (mpi-operator: /opt/mpi-operator), user 65532, named by the chart's image
+            reference (versions.yml `images`)
   openmpi   MPI base images that follow kubeflow mpi-operator's base-image contract (sshd on port
   mpich     2222 for the launcher's mpirun, the user mpiuser with uid 1000 and its non-root sshd
   intel     config ~/.sshd_config, python3 + numpy + mpi4py on that image's MPI)
@@ -125,6 +129,17 @@ def _in_root(*argv: str) -> str:
     return 'chroot "$1" ' + shlex.join(argv)
 
 
+def _controller_recipe(component: str, binary: str, entrypoint: str) -> Recipe:
+    """A pinned controller binary as the image its chart (or manifest) runs: named by the component's
+    first `images` entry in versions.yml (the chart's reference, so the chart runs unchanged with its
+    IfNotPresent pull policy), the binary where the chart's command expects it, and the distroless
+    images' numeric non-root user (the charts ask runAsNonRoot with no runAsUser)."""
+    comp = load_versions()[component]
+    return Recipe(name=component, image=comp.expand(comp.extra["images"][0]), kind="binary", source=binary,
+                  entrypoint=(entrypoint,), user=CONTROLLER_USER)
+
+
+CONTROLLER_USER = "65532:65532"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MPIUSER, MPIUSER_UID = "mpiuser", 1000
 HOME = f"/home/{MPIUSER}"
@@ -230,6 +245,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     # The cluster's DNS (a pod behind the kube-dns Service): the pinned CoreDNS, a static Go binary.
     Recipe(name="coredns", image=f"mpiplat.local/coredns:{load_versions()['coredns'].version}", kind="binary",
            source="coredns", entrypoint=("/coredns",)),
+    # The controllers the upstream charts and manifests install, from the same binaries the host runs.
+    _controller_recipe("kueue", "kueue", "/manager"),
+    _controller_recipe("jobset", "jobset", "/manager"),
+    _controller_recipe("trainer", "trainer-controller-manager", "/manager"),
+    _controller_recipe("mpi-operator", "mpi-operator", "/opt/mpi-operator"),
     # Debian's Open MPI and its python3-mpi4py (built against it).
     _mpi_recipe(
         "openmpi", "Open MPI", ("mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"),
@@ -681,10 +701,12 @@ def _build_debian(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:
 def _build_binary(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:
     built = binary_path(r.source)
     log.write(f"$ (layer) {built} as {r.entrypoint[0]}\n".encode())
+    parents = [str(d) for d in reversed(Path(r.entrypoint[0]).parents[:-1])]  # /opt for /opt/mpi-operator
+    members = [(d, None) for d in _tar_dirs([*parents, *r.dirs])]
     info = tarfile.TarInfo("." + r.entrypoint[0])
     info.size, info.mode, info.mtime = built.stat().st_size, 0o755, 0
     with open(built, "rb") as fh:
-        return [write_layer(work / "layer.tar.gz", [(info, fh)])]
+        return [write_layer(work / "layer.tar.gz", [*members, (info, fh)])]
 
 
 def _build_static(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:

@@ -246,6 +246,46 @@ def test_local_images_cover_every_implementation_the_job_builder_knows():
     assert sorted(images.LOCAL_IMAGES.values()) == [f"mpiplat.local/{n}:1" for n in ("intel", "mpich", "openmpi")]
 
 
+# Controller recipe -> the upstream Dockerfile of its image (in the pinned module), whose ENTRYPOINT the
+# chart's command (or, for mpi-operator's manifest with no command, the image itself) relies on.
+CONTROLLER_DOCKERFILES = {"kueue": "Dockerfile", "jobset": "Dockerfile",
+                          "trainer": "cmd/trainer-controller-manager/Dockerfile", "mpi-operator": "Dockerfile"}
+
+
+def test_controller_images_are_named_by_the_pin_and_run_as_upstream_images_do():
+    from mpiplat.versions import load, module_dir
+
+    if shutil.which("go") is None:
+        pytest.skip("needs the go command to fetch the pinned modules")
+    pins = load()
+    for name, dockerfile in CONTROLLER_DOCKERFILES.items():
+        r, comp = images.recipe(name), pins[name]
+        assert r.kind == "binary" and r.source in comp.binaries
+        assert r.image == comp.expand(comp.extra["images"][0])  # what the role passes to the chart
+        uid, gid = r.user.split(":")
+        assert int(uid) > 0 and int(gid) > 0  # the charts ask runAsNonRoot without a runAsUser
+        text = (module_dir(comp) / dockerfile).read_text()
+        assert f'ENTRYPOINT {json.dumps(list(r.entrypoint))}' in text, (name, dockerfile)
+
+
+def test_a_binary_image_has_the_binary_at_its_entrypoint_under_its_parent_dirs(cache, tmp_path, monkeypatch):
+    fake = tmp_path / "mpi-operator"
+    fake.write_bytes(b"#!/bin/sh\n")
+    monkeypatch.setattr(images, "binary_path", lambda name: fake)
+    r = images.recipe("mpi-operator")
+    path = images.build_image(r, "k", io.BytesIO())
+    files = _blobs(path)
+    manifest = json.loads(files[f"blobs/sha256/{images.manifest_digest(path)[7:]}"])
+    config = json.loads(files[f"blobs/sha256/{manifest['config']['digest'][7:]}"])
+    assert config["config"]["Entrypoint"] == ["/opt/mpi-operator"] and config["config"]["User"] == "65532:65532"
+    layer = gzip.decompress(files[f"blobs/sha256/{manifest['layers'][0]['digest'][7:]}"])
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        assert [(m.name, m.isdir(), m.mode) for m in tar.getmembers()] == [("./opt", True, 0o755),
+                                                                          ("./opt/mpi-operator", False, 0o755)]
+    index = json.loads(files["index.json"])
+    assert index["manifests"][0]["annotations"][images.NAME_ANNOTATION] == "docker.io/mpioperator/mpi-operator:0.8.2"
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (Debian package gcc) for the static pause binary")
 def test_pause_image_builds_and_its_binary_exits_0_on_sigterm(cache, tmp_path, capsys):
     assert cli.main(["cluster", "images", "--only", "pause", "--json"]) == 0
