@@ -314,20 +314,21 @@ class KubeRouterStopped(Fault):
 
 @dataclass
 class ImageRemoved(Fault):
-    """A local image removed from the real node's containerd (the node pulls from no registry); undo
-    imports it again from the image cache."""
+    """Local images removed from the real node's containerd (the node pulls from no registry); undo
+    imports them again from the image cache."""
 
-    recipe: str = ""
+    recipes: tuple[str, ...] = ()
 
     def apply(self) -> None:
-        image = images.recipe(self.recipe).image
-        self.saved.append(image)
-        subprocess.run([*realnode.ctr(), "images", "rm", image], capture_output=True, text=True)
-        if image in images.images_in(realnode.ctr()):
-            raise ClusterError(f"fault {self.name}: {image} is still in the real node's containerd")
+        for name in self.recipes:
+            image = images.recipe(name).image
+            self.saved.append(image)
+            subprocess.run([*realnode.ctr(), "images", "rm", image], capture_output=True, text=True)
+            if image in images.images_in(realnode.ctr()):
+                raise ClusterError(f"fault {self.name}: {image} is still in the real node's containerd")
 
     def undo(self) -> None:
-        images.import_into(realnode.ctr(), [self.recipe], stream=io.StringIO())
+        images.import_into(realnode.ctr(), self.recipes, stream=io.StringIO())
         self.saved.clear()
 
 
@@ -504,8 +505,9 @@ def matrix() -> list[Fault]:
                               {"name": "mpiplat-fault-missing-flavor",
                                "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}),
         ImageRemoved(
-            "mpi-image-missing", "the Open MPI image (mpiplat.local/openmpi:1) removed from the real node",
-            {"JOB-01": ("ImagePull",)}, recipe="openmpi"),
+            "mpi-images-missing", "the MPI images (mpiplat.local/openmpi:1, intel:1, mpich:1) removed from the "
+            "real node", {"JOB-01": ("ImagePull",), "JOB-02": ("ImagePull",), "JOB-03": ("ImagePull",),
+                          "JOB-11": ("cannot pull", "ImagePull")}, recipes=("openmpi", "intel", "mpich")),
         Scaled(
             "coredns-stopped", "CoreDNS scaled to 0 (kube-system/coredns): the cluster's DNS does not answer",
             {"JOB-01": ("resolve",)}, namespace="kube-system", deployment="coredns", replicas=0),
@@ -525,14 +527,11 @@ def matrix() -> list[Fault]:
 
 # Catalog rows that run locally (where: sim or real) with no fault in the matrix, and why.
 NOT_IN_MATRIX = {
-    "JOB-02": "the same check as JOB-01 (Intel MPI image); JOB-01's faults stand for it",
-    "JOB-03": "the same check as JOB-01 (MPICH image); JOB-01's faults stand for it",
     "JOB-06": "fails under mpi-operator stopped only after its 60 s wait per job; too slow for the matrix",
     "JOB-07": "fails under mpi-operator stopped only after its 120 s wait; too slow for the matrix",
     "JOB-08": "fails under mpi-operator stopped only after its 60 s wait; too slow for the matrix",
     "JOB-09": "fails under mpi-operator stopped only after its 60 s wait; too slow for the matrix",
     "JOB-10": "local-path-provisioner stopped leaves the PVC Pending: the row fails only at its 600 s timeout",
-    "JOB-11": "mpi-image-missing fails it after its 120 s wait for the workers; too slow for the matrix",
     "FAIL-01": "the row applies its fault itself (worker 1's rank SIGKILLed, as the OOM killer does) and "
                "requires the diagnosis; worker-oom shows the same diagnosis for JOB-01",
     "FAIL-02": "the row applies its fault itself (an image that cannot be pulled) and requires the diagnosis",

@@ -335,11 +335,14 @@ def test_non_root_mpijob_runs_every_rank_as_uid_1000_on_its_own_worker(kube, run
     start = time.monotonic()
     kube.create(MPIJOB, jobs.mpijob(spec))
     running = all_running(2)
-    try:  # until both workers run, or one has failed (e.g. its non-root sshd found no host key)
+    try:  # until both workers run, one has failed (e.g. its non-root sshd found no host key) or cannot pull
         workers = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker",
-                            lambda pods: running(pods) or any(p.status.phase == "Failed" for p in pods), timeout=120)
+                            lambda pods: running(pods) or _pull_failure(pods)
+                            or any(p.status.phase == "Failed" for p in pods), timeout=120)
     except TimeoutError as err:
         raise AssertionError(f"{ns}/{name}: the workers did not run: {err}\n{diagnose(kube, ns, name)}") from err
+    if _pull_failure(workers):
+        raise AssertionError(f"{ns}/{name}: the workers cannot pull image {spec.image}: {diagnose(kube, ns, name)}")
     to_running = time.monotonic() - start
     if not running(workers):
         logs = "\n".join(f"--- {p.metadata.name}\n{kube.core.read_namespaced_pod_log(p.metadata.name, ns)[-1000:]}"
