@@ -234,7 +234,8 @@ def test_a_missing_build_tool_names_the_debian_package(cache, monkeypatch):
 def test_unknown_image_lists_the_allowed_names(capsys):
     assert cli.main(["cluster", "images", "--only", "nosuch"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown image 'nosuch'; allowed: pause, coredns, openmpi, mpich, intel")
+    assert err.startswith("error: unknown image 'nosuch'; allowed: pause, coredns, kueue, jobset, trainer, "
+                          "mpi-operator, openmpi, mpich, intel")
     assert len(err.strip().splitlines()) == 1
 
 
