@@ -65,6 +65,12 @@ def all_running(count: int) -> Callable[[list], bool]:
     return lambda pods: len(pods) >= count and all(p.status.phase == "Running" for p in pods)
 
 
+def pull_failure(pods: list) -> bool:
+    """Whether a container of `pods` cannot pull its image (it would wait for it forever)."""
+    return any(cs.state and cs.state.waiting and cs.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff")
+               for p in pods for cs in (p.status.container_statuses or []))
+
+
 def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))

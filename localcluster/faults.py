@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mpiplat.jobs import ROLE_LABEL
 from mpiplat.localcluster import configs, images, processes, realnode
 from mpiplat.localcluster.kubectl import kubectl
 from mpiplat.localcluster.state import ClusterError, kubeconfig_path, log_file, state_dir
@@ -388,7 +389,7 @@ class WorkerMemoryCapped(Fault):
     def _cap(self) -> None:
         while not self._stop.wait(0.5):
             try:
-                pods = json.loads(kubectl("get", "pods", "-A", "-l", "training.kubeflow.org/job-role=worker",
+                pods = json.loads(kubectl("get", "pods", "-A", "-l", f"{ROLE_LABEL}=worker",
                                           "--field-selector", f"spec.nodeName={realnode.NAME}", "-o", "json",
                                           check=False).stdout or "{}").get("items", [])
             except ValueError:

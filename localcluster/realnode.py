@@ -467,13 +467,14 @@ def start_process(name: str, timeout: float = 90) -> None:
     _wait_healthy(proc, timeout=timeout)
 
 
-def stop_process(name: str) -> None:
-    """Stop one of the node's processes; `start_process` or `up` starts it again."""
+def stop_process(name: str) -> bool:
+    """Stop one of the node's processes (whether it ran); `start_process` or `up` starts it again."""
     proc = _process(name)
     pid = processes.running_pid(proc.pid_file())
     if pid:
         processes.stop_pid(pid)
     proc.pid_file().unlink(missing_ok=True)
+    return bool(pid)
 
 
 def process_running(name: str) -> bool:
@@ -542,11 +543,8 @@ def down(say: Callable[[str], None]) -> None:
     """Stop the node (kube-router, CoreDNS, kube-proxy, kubelet, containers, containerd) and put
     the host back as the first `up` found it. Safe after a failed or interrupted `up`."""
     for proc in reversed(PROCESSES[1:]):
-        pid = processes.read_pid(proc.pid_file())
-        if pid and processes.alive(pid):
-            processes.stop_pid(pid)
+        if stop_process(proc.name):
             say(f"  stopped {proc.name}")
-        proc.pid_file().unlink(missing_ok=True)
     runc = shutil.which("runc")
     roots = sorted(p for p in (node_dir() / "runc").glob("*") if p.is_dir())  # one per containerd namespace
     for root in roots if runc else []:  # containers left by the kubelet
@@ -556,12 +554,8 @@ def down(say: Callable[[str], None]) -> None:
             subprocess.run([runc, "--root", str(root), "delete", "--force", cid], capture_output=True)
         if listed:
             say(f"  removed {len(listed)} container(s)")
-    containerd = next(p for p in PROCESSES if p.name == "containerd")
-    pid = processes.read_pid(containerd.pid_file())
-    if pid and processes.alive(pid):
-        processes.stop_pid(pid)
+    if stop_process("containerd"):
         say("  stopped containerd")
-    containerd.pid_file().unlink(missing_ok=True)
     for pid in _stray_pids():  # shims, and anything of an interrupted `up`
         processes.stop_pid(pid, grace=2)
     before = hoststate.load(snapshot_file())

@@ -11,7 +11,14 @@ from urllib3.exceptions import HTTPError
 from mpiplat import jobs
 from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import workloads
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, condition_times, wait_pods
+from mpiplat.conformance.watch import (
+    JOB_LABEL,
+    ROLE_LABEL,
+    all_running,
+    condition_times,
+    pull_failure,
+    wait_pods,
+)
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import MPIJOB
 
@@ -107,11 +114,6 @@ def _oom_injected(kube, run, settings, mpijob_spec, request) -> None:
     assert "memory limit" in found.remedy
 
 
-def _pull_failure(pods) -> bool:
-    return any(cs.state and cs.state.waiting and cs.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff")
-               for p in pods for cs in (p.status.container_statuses or []))
-
-
 @pytest.mark.requirement("FAIL-02", needs=["pod_network"])
 def test_bad_image_holds_the_job_before_training_with_a_pull_reason(kube, run, settings, mpijob_spec):
     """Workers that cannot pull their image never become ready, so the launcher (mpirun) is never
@@ -119,7 +121,7 @@ def test_bad_image_holds_the_job_before_training_with_a_pull_reason(kube, run, s
     ns = run.namespace()
     spec = mpijob_spec("badimage", ns, real=True, workers=2, image="registry.invalid/mpiplat/no-such-image:0")
     kube.create(MPIJOB, jobs.mpijob(spec))
-    wait_pods(kube, ns, f"{JOB_LABEL}=badimage,{ROLE_LABEL}=worker", _pull_failure, timeout=180)
+    wait_pods(kube, ns, f"{JOB_LABEL}=badimage,{ROLE_LABEL}=worker", pull_failure, timeout=180)
     launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=badimage,{ROLE_LABEL}=launcher")
     assert launchers.items == [], "a launcher started although the workers cannot pull their image"
     found = diagnose(kube, ns, "badimage", settings.gpu_resource)

@@ -18,6 +18,7 @@ from mpiplat.conformance.watch import (
     all_running,
     condition_times,
     percentile,
+    pull_failure,
     run_workload_job,
     submit,
     wait_pods,
@@ -50,9 +51,9 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, cap
     start = time.monotonic()
     kube.create(MPIJOB, jobs.mpijob(spec))
     if capabilities.pod_network:  # a worker that cannot pull its image holds the job: say so at once
-        pods = wait_pods(kube, ns, f"{JOB_LABEL}=hello", lambda ps: _pull_failure(ps) or any(
+        pods = wait_pods(kube, ns, f"{JOB_LABEL}=hello", lambda ps: pull_failure(ps) or any(
             p.metadata.labels.get(ROLE_LABEL) == "launcher" for p in ps), timeout=300)
-        if _pull_failure(pods):
+        if pull_failure(pods):
             pytest.fail(f"{implementation}: the workers cannot pull image {spec.image}: {diagnose(kube, ns, 'hello')}")
     seen = condition_times(kube, MPIJOB, "hello", ns, until=("Succeeded", "Failed"), timeout=300, start=start)
     if "Succeeded" not in seen:
@@ -64,11 +65,6 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, cap
         launcher = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=hello,{ROLE_LABEL}=launcher").items
         log = kube.core.read_namespaced_pod_log(launcher[-1].metadata.name, ns)
         results.assert_passed(results.parse(log), "allreduce", ranks=4)
-
-
-def _pull_failure(pods) -> bool:
-    return any(cs.state and cs.state.waiting and cs.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff")
-               for p in pods for cs in (p.status.container_statuses or []))
 
 
 CLUSTER_TRAINING_RUNTIME = Kind("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
@@ -337,11 +333,11 @@ def test_non_root_mpijob_runs_every_rank_as_uid_1000_on_its_own_worker(kube, run
     running = all_running(2)
     try:  # until both workers run, one has failed (e.g. its non-root sshd found no host key) or cannot pull
         workers = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker",
-                            lambda pods: running(pods) or _pull_failure(pods)
+                            lambda pods: running(pods) or pull_failure(pods)
                             or any(p.status.phase == "Failed" for p in pods), timeout=120)
     except TimeoutError as err:
         raise AssertionError(f"{ns}/{name}: the workers did not run: {err}\n{diagnose(kube, ns, name)}") from err
-    if _pull_failure(workers):
+    if pull_failure(workers):
         raise AssertionError(f"{ns}/{name}: the workers cannot pull image {spec.image}: {diagnose(kube, ns, name)}")
     to_running = time.monotonic() - start
     if not running(workers):

@@ -5,11 +5,10 @@ capabilities), the binary at the image's entrypoint taking the flag the chart (o
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from kubernetes import client
 
+from mpiplat.conformance.watch import wait_pods
 from mpiplat.localcluster import images, realnode
 
 pytestmark = pytest.mark.cluster
@@ -18,9 +17,13 @@ pytestmark = pytest.mark.cluster
 FLAGS = {"kueue": "-config", "jobset": "-config", "trainer": "-config", "mpi-operator": "-lock-namespace"}
 
 
+LABEL = "mpiplat.io/test=controller-images"
+
+
 def _pod(name: str, recipe: images.Recipe) -> client.V1Pod:
+    key, value = LABEL.split("=")
     return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
+        metadata=client.V1ObjectMeta(name=name, labels={key: value}),
         spec=client.V1PodSpec(
             node_name=realnode.NAME, restart_policy="Never", automount_service_account_token=False,
             security_context=client.V1PodSecurityContext(
@@ -37,13 +40,11 @@ def test_each_controller_image_runs_its_binary_as_non_root_by_the_charts_referen
     pods = {name: f"image-{name}" for name in FLAGS}
     for name, pod in pods.items():
         kube.core.create_namespaced_pod(namespace, _pod(pod, images.recipe(name)))
-    deadline = time.monotonic() + 120
-    phases: dict[str, str] = {}
-    while time.monotonic() < deadline:
-        phases = {name: kube.core.read_namespaced_pod(pod, namespace).status.phase for name, pod in pods.items()}
-        if all(p in ("Succeeded", "Failed") for p in phases.values()):
-            break
-        time.sleep(1)
+    try:
+        wait_pods(kube, namespace, LABEL, lambda ps: len(ps) == len(pods)
+                  and all(p.status.phase in ("Succeeded", "Failed") for p in ps), timeout=120)
+    except TimeoutError:
+        pass  # each pod still waiting is reported below, with its reason
     wrong = []
     for name, pod in pods.items():
         status = kube.core.read_namespaced_pod(pod, namespace).status
