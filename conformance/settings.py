@@ -48,18 +48,19 @@ class Settings:
     def test_timeout_s(self, requirement: str) -> float:
         """How long pytest-timeout lets one test of `requirement` run: timeouts.test_s, plus the waits
         that other settings lengthen (SCH-05's waits for eviction and readmission, the gpu sweep's
-        benchmark jobs), scaled for scale rows asked to do more than the catalog's figure."""
+        benchmark jobs), scaled for scale rows asked to do more than the catalog's figure, and by
+        timeouts.wait_scale when above 1."""
         base, t = float(self.timeouts["test_s"]), self.thresholds
         if requirement == "SCH-05":
-            return base + 2 * t["pods_ready_timeout_s"]
-        if requirement in ("PERF-01", "PERF-02"):  # one job per node count of the sweep
-            return base + len(self.gpu_benchmark["nodes"]) * self.gpu_benchmark["job_timeout_s"]
-        if requirement == "PERF-03":  # 1 and 4 workers
-            return base + 2 * self.gpu_benchmark["job_timeout_s"]
+            base += 2 * t["pods_ready_timeout_s"]
+        elif requirement in ("PERF-01", "PERF-02"):  # one job per node count of the sweep
+            base += len(self.gpu_benchmark["nodes"]) * self.gpu_benchmark["job_timeout_s"]
+        elif requirement == "PERF-03":  # 1 and 4 workers
+            base += 2 * self.gpu_benchmark["job_timeout_s"]
         scale = {"SCALE-01": "scale_jobs", "SCALE-02": "scale_workers"}.get(requirement)
         if scale:
-            return base * max(1.0, t[scale] / THRESHOLDS[scale].default)
-        return base
+            base *= max(1.0, t[scale] / THRESHOLDS[scale].default)
+        return base * max(1.0, self.timeouts["wait_scale"])
 
 
 def _defaults(schema: dict) -> dict:

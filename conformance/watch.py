@@ -14,6 +14,20 @@ from mpiplat.kube import MPIJOB, Kind, Kube, has_condition
 
 __all__ = ["JOB_LABEL", "ROLE_LABEL"]  # re-exported for the suite's tests
 
+# The settings' timeouts.wait_scale, set once per run by the suite's conftest.
+WAIT_SCALE = 1.0
+
+
+def waited(seconds: float) -> float:
+    """How long the suite waits for something that takes well under `seconds` on a healthy cluster:
+    `seconds` times the settings' timeouts.wait_scale. Every wait of the suite goes through this."""
+    return seconds * WAIT_SCALE
+
+
+def deadline(seconds: float) -> float:
+    """The time.monotonic() at which a wait of `seconds` (scaled by waited()) ends."""
+    return time.monotonic() + waited(seconds)
+
 
 def submit(kube: Kube, kind: Kind, manifest: dict) -> tuple[dict, float]:
     """Create the object; returns it and the API call's latency in seconds."""
@@ -25,7 +39,8 @@ def submit(kube: Kube, kind: Kind, manifest: dict) -> tuple[dict, float]:
 def condition_times(kube: Kube, kind: Kind, name: str, namespace: str, until: tuple[str, ...],
                     timeout: float, start: float | None = None) -> dict[str, float]:
     """Seconds from `start` (default now) at which each condition type was first seen True,
-    watching until one of `until` is True. Order of insertion is the order seen."""
+    watching until one of `until` is True (for waited(timeout) seconds). Order of insertion is the order seen.
+    An MPIJob that times out is diagnosed in the TimeoutError."""
     start = start if start is not None else time.monotonic()
     seen: dict[str, float] = {}
 
@@ -35,12 +50,19 @@ def condition_times(kube: Kube, kind: Kind, name: str, namespace: str, until: tu
                 seen[c["type"]] = time.monotonic() - start
         return any(has_condition(obj, u) for u in until)
 
-    kube.wait_for(kind, name, namespace, check, timeout, what=" or ".join(until))
+    try:
+        kube.wait_for(kind, name, namespace, check, waited(timeout), what=" or ".join(until))
+    except TimeoutError as err:
+        if kind is not MPIJOB:
+            raise
+        raise TimeoutError(f"{err}; diagnosis: {diagnose(kube, namespace, name)}") from err
     return seen
 
 
 def wait_pods(kube: Kube, namespace: str, selector: str, done: Callable[[list], bool], timeout: float) -> list:
-    """Watch pods matching `selector` until done(pods) holds; returns the pods."""
+    """Watch pods matching `selector` until done(pods) holds (for waited(timeout) seconds); returns the pods.
+    Where the selector names a job (JOB_LABEL=name), a TimeoutError holds its diagnosis."""
+    timeout = waited(timeout)
     pods = {p.metadata.name: p for p in kube.core.list_namespaced_pod(namespace, label_selector=selector).items}
     if done(list(pods.values())):
         return list(pods.values())
@@ -57,8 +79,10 @@ def wait_pods(kube: Kube, namespace: str, selector: str, done: Callable[[list], 
             if done(list(pods.values())):
                 w.stop()
                 return list(pods.values())
+    job = dict(term.split("=", 1) for term in selector.split(",") if "=" in term).get(JOB_LABEL)
     raise TimeoutError(f"pods {namespace}/{selector}: condition not reached in {timeout:.0f}s; "
-                       f"{[(p.metadata.name, p.status.phase) for p in pods.values()]}")
+                       f"{[(p.metadata.name, p.status.phase) for p in pods.values()]}"
+                       + (f"; diagnosis: {diagnose(kube, namespace, job)}" if job else ""))
 
 
 def all_running(count: int) -> Callable[[list], bool]:
@@ -90,7 +114,10 @@ def wait_workload_job(kube: Kube, name: str, ns: str, program: str, ranks: int, 
                       start: float | None = None) -> tuple[list[dict], dict[str, float]]:
     """Wait for a submitted workload MPIJob to end; its program's result records from the launcher's log
     and condition_times (seconds from `start`, default now). Fails like run_workload_job."""
-    seen = condition_times(kube, MPIJOB, name, ns, until=("Succeeded", "Failed"), timeout=timeout, start=start)
+    try:
+        seen = condition_times(kube, MPIJOB, name, ns, until=("Succeeded", "Failed"), timeout=timeout, start=start)
+    except TimeoutError as err:
+        raise AssertionError(f"{ns}/{name} did not end: {err}\n{diagnose(kube, ns, name)}") from err
     launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name},{ROLE_LABEL}=launcher").items
     log = kube.core.read_namespaced_pod_log(launchers[-1].metadata.name, ns) if launchers else ""
     if "Succeeded" not in seen:

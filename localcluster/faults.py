@@ -28,10 +28,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from mpiplat.jobs import ROLE_LABEL
 from mpiplat.localcluster import configs, images, processes, realnode
 from mpiplat.localcluster.kubectl import kubectl
-from mpiplat.localcluster.state import ClusterError, kubeconfig_path, log_file, state_dir
+from mpiplat.localcluster.state import ClusterError, kubeconfig_path, kwok_cluster_dir, log_file, state_dir
 
 TEAM = "team-a"  # the first team of conformance/settings/local.yml: the rows that read a team read this one
 VIEWER_ROLE = "mpijob-viewer"  # the tenancy role's viewer ClusterRole (tenancy_cluster_roles.viewer)
@@ -98,6 +100,8 @@ class Fault:
     what: str
     expect: dict[str, tuple[str, ...]]
     saved: list = field(default_factory=list, repr=False)
+    # The suite's timeouts.wait_scale under this fault: below 1 where a row can only fail at a wait.
+    wait_scale: float = 1.0
 
     @property
     def requirements(self) -> list[str]:
@@ -264,6 +268,88 @@ class KueueConfigured(Fault):
             self.saved.clear()
 
 
+@dataclass
+class NodeProcessStopped(Fault):
+    """One of the real node's host processes stopped; undo starts it again with realnode's own start."""
+
+    process: str = ""
+
+    def apply(self) -> None:
+        self.saved.append(True)
+        realnode.stop_process(self.process)
+
+    def undo(self) -> None:
+        if self.saved or not realnode.process_running(self.process):
+            realnode.start_process(self.process, timeout=WAIT_S)
+        self.saved.clear()
+
+
+def _kwok_component(name: str) -> dict:
+    """A control plane component as kwokctl runs it (binary, args, workDir, ports), from its kwok.yaml."""
+    for doc in yaml.safe_load_all((kwok_cluster_dir() / "kwok.yaml").read_text()):
+        for comp in (doc or {}).get("components") or []:
+            if comp["name"] == name:
+                return comp
+    raise ClusterError(f"no component {name} in {kwok_cluster_dir() / 'kwok.yaml'}: is the cluster up?")
+
+
+def _restart_component(name: str, argv: list[str]) -> None:
+    """Stop a kwokctl-run component and start `argv` in its place (its workDir, log and pid file, so that
+    `mpiplat cluster status` and `down` find it), until its /healthz answers and it holds its
+    leader-election Lease kube-system/`name` anew (a predecessor that did not release the Lease would
+    hold it for its duration)."""
+    comp, pid_path = _kwok_component(name), kwok_cluster_dir() / "pids" / f"{name}.pid"
+    before = (get("lease", name, "kube-system") or {}).get("spec", {}).get("acquireTime")
+    pid = processes.running_pid(pid_path)
+    if pid:
+        processes.stop_pid(pid)
+    with open(kwok_cluster_dir() / "logs" / f"{name}.log", "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=comp["workDir"], start_new_session=True)
+    pid_path.write_text(str(proc.pid))
+    url, deadline = f"https://127.0.0.1:{comp['ports'][0]['port']}/healthz", time.monotonic() + WAIT_S
+    while not processes.http_ok(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise ClusterError(f"{name} not healthy after its restart: see {kwok_cluster_dir() / 'logs' / name}.log")
+        time.sleep(0.25)
+    while (spec := (get("lease", name, "kube-system") or {}).get("spec", {})).get("acquireTime") == before:
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{name} did not take its Lease kube-system/{name} within {WAIT_S}s: {spec}")
+        time.sleep(0.5)
+
+
+@dataclass
+class SchedulerPluginsOff(Fault):
+    """kube-scheduler restarted with filter plugins disabled (a KubeSchedulerConfiguration), as a scheduler
+    that ignores taints (TaintToleration) or selectors (NodeAffinity) would place pods; undo restarts it as
+    kwokctl runs it, and waits until it holds its leader-election Lease."""
+
+    plugins: tuple[str, ...] = ()
+
+    def config(self, args: list[str]) -> Path:
+        kubeconfig = next(a.split("=", 1)[1] for a in args if a.startswith("--kubeconfig="))
+        conf = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": kubeconfig, "qps": 5000, "burst": 10000},
+                "profiles": [{"schedulerName": "default-scheduler",
+                              "plugins": {"filter": {"disabled": [{"name": p} for p in self.plugins]}}}]}
+        path = state_dir() / "faults" / f"{self.name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(conf, sort_keys=False))
+        return path
+
+    def apply(self) -> None:
+        comp = _kwok_component("kube-scheduler")
+        args = [a for a in comp["args"] if not a.startswith(("--kubeconfig=", "--kube-api-"))]
+        self.saved.append(True)
+        _restart_component("kube-scheduler", [comp["binary"], *args, f"--config={self.config(comp['args'])}"])
+
+    def undo(self) -> None:
+        if self.saved:
+            comp = _kwok_component("kube-scheduler")
+            _restart_component("kube-scheduler", [comp["binary"], *comp["args"]])
+            self.saved.clear()
+
+
 # What kube-router's firewall adds to the host (filter table chains, ipsets); removed by kube_router_firewall_off.
 KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
 KUBE_ROUTER_IPSETS = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
@@ -294,23 +380,19 @@ def kube_router_firewall_off() -> None:
 
 
 @dataclass
-class KubeRouterStopped(Fault):
+class KubeRouterStopped(NodeProcessStopped):
     """NetworkPolicies not enforced: kube-router stopped and its firewall (iptables chains, ipsets) removed;
     undo starts it again (realnode's own start), which programs every policy anew."""
 
+    process: str = "kube-router"
+
     def apply(self) -> None:
-        self.saved.append(True)
-        realnode.stop_process("kube-router")
+        super().apply()
         kube_router_firewall_off()
         left = [line for line in _iptables_save().splitlines() if any(c in line for c in KUBE_ROUTER_CHAINS)]
         if left:
             raise ClusterError(f"fault {self.name}: kube-router's firewall left {len(left)} iptables lines, e.g. "
                                f"{left[0]}")
-
-    def undo(self) -> None:
-        if self.saved or not realnode.process_running("kube-router"):
-            realnode.start_process("kube-router", timeout=WAIT_S)
-        self.saved.clear()
 
 
 @dataclass
@@ -452,12 +534,12 @@ def matrix() -> list[Fault]:
             "the workers' sshd (2222): the launcher cannot reach the workers over SSH",
             {"ISO-03": ("TCP 2222",)}, kind="networkpolicy", obj_name=f"{TEAM}-mpijob-launcher-to-worker",
             namespace=TEAM, json_patch=[{"op": "add", "path": "/spec/ingress/0/ports",
-                                         "value": [{"protocol": "TCP", "port": 2223}]}]),
+                                         "value": [{"protocol": "TCP", "port": 2223}]}], wait_scale=0.25),
         DeletedObjects(
             "guardrails-absent", "the guardrails' ValidatingAdmissionPolicyBindings (mpiplat-*) deleted",
             {"ISO-04": ("was admitted", "guardrails"), "JOB-05": ("was admitted", "guardrails"),
              "FAIL-03": ("guardrail is missing",)},
-            kind="validatingadmissionpolicybindings", prefix="mpiplat-"),
+            kind="validatingadmissionpolicybindings", prefix="mpiplat-", wait_scale=0.25),
         ChangedObject(
             "token-automount", f"{TEAM}'s default ServiceAccount mounts API tokens (automountServiceAccountToken true)",
             {"ISO-02": ("API token", "tenancy_automount_service_account_token")},
@@ -472,7 +554,10 @@ def matrix() -> list[Fault]:
                                "name": "auditor@example.com"}]}),
         KueueConfigured(
             "kueue-no-waitforpodsready", "Kueue restarted without waitForPodsReady in its configuration",
-            {"SCH-05": ("waitForPodsReady",)}, drop=("waitForPodsReady",)),
+            {"SCH-05": ("waitForPodsReady",)}, drop=("waitForPodsReady",), wait_scale=0.25),
+        KueueConfigured(
+            "kueue-no-fairsharing", "Kueue restarted without fairSharing in its configuration",
+            {"SCH-07": ("fairSharing is not enabled",)}, drop=("fairSharing",), wait_scale=0.25),
         KueueConfigured(
             "kueue-no-mpijob", "Kueue restarted without the kubeflow.org/mpijob integration",
             {"INS-03": ("kubeflow.org/mpijob",)}, framework_off="kubeflow.org/mpijob"),
@@ -484,7 +569,10 @@ def matrix() -> list[Fault]:
             controller="kueue"),
         ControllerStopped(
             "mpi-operator-stopped", "mpi-operator stopped",
-            {"INS-01": ("mpi-operator", "not renewed")}, controller="mpi-operator"),
+            {"INS-01": ("mpi-operator", "not renewed"), "JOB-08": ("no SSH Secret",),
+             **{rid: ("MPI Operator has not picked up the job",)
+                for rid in ("JOB-06", "JOB-07", "JOB-09", "SCALE-01", "SCALE-02", "FAIL-01", "FAIL-02")}},
+            controller="mpi-operator", wait_scale=0.02),
         ControllerStopped(
             "trainer-stopped", "Trainer's controller manager (and its webhook) stopped",
             {"INS-01": ("trainer", "webhook does not answer"), "JOB-04": ("failed calling webhook",)},
@@ -520,28 +608,18 @@ def matrix() -> list[Fault]:
             "dashboard-deleted", "the monitoring role's MPIJob Overview dashboard ConfigMap deleted",
             {"INS-05": ("dashboard ConfigMap is missing",)}, kind="configmaps", all_namespaces=True,
             label="grafana_dashboard=1", prefix="mpiplat-mpijob-overview-dashboard"),
+        SchedulerPluginsOff(
+            "scheduler-ignores-taints", "kube-scheduler restarted with its TaintToleration filter off: it places pods "
+            "on tainted nodes whether they tolerate the taint or not", {"SCH-04": ("not held off",)},
+            plugins=("TaintToleration",)),
+        NodeProcessStopped(
+            "storage-provisioner-stopped", "the real node's local-path-provisioner stopped: no PersistentVolume is "
+            "made for a claim", {"JOB-10": ("not Bound", "provisioner")}, process="local-path-provisioner",
+            wait_scale=0.02),
         NodesCordoned(
             "gpu-nodes-cordoned", "every GPU node cordoned (unschedulable)",
             {"INS-04": ("no schedulable node advertises",)}),
     ]
-
-
-# Catalog rows that run locally (where: sim or real) with no fault in the matrix, and why.
-NOT_IN_MATRIX = {
-    "JOB-06": "fails under mpi-operator stopped only after its 60 s wait per job; too slow for the matrix",
-    "JOB-07": "fails under mpi-operator stopped only after its 120 s wait; too slow for the matrix",
-    "JOB-08": "fails under mpi-operator stopped only after its 60 s wait; too slow for the matrix",
-    "JOB-09": "fails under mpi-operator stopped only after its 60 s wait; too slow for the matrix",
-    "JOB-10": "local-path-provisioner stopped leaves the PVC Pending: the row fails only at its 600 s timeout",
-    "FAIL-01": "the row applies its fault itself (worker 1's rank SIGKILLed, as the OOM killer does) and "
-               "requires the diagnosis; worker-oom shows the same diagnosis for JOB-01",
-    "FAIL-02": "the row applies its fault itself (an image that cannot be pulled) and requires the diagnosis",
-    "SCH-04": "the local cluster's one scheduler is kube-scheduler, which cannot be made to ignore selectors "
-              "or taints",
-    "SCH-07": "Kueue without fairSharing fails it only after its 120 s admission wait; too slow for the matrix",
-    "SCALE-01": "fails under mpi-operator stopped only after its 600 s wait; too slow for the matrix",
-    "SCALE-02": "fails under mpi-operator stopped only after its 300 s wait; too slow for the matrix",
-}
 
 
 def baseline() -> dict:

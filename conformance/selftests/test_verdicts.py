@@ -5,11 +5,14 @@ flagged, and the AI-conformance evidence follows the rows' verdicts."""
 from __future__ import annotations
 
 import json
+import re
+import time
+from pathlib import Path
 
 import pytest
 
-from mpiplat.conformance import catalog, placement, report, verdicts
-from mpiplat.conformance.settings import SCHEMA, parse
+from mpiplat.conformance import catalog, placement, report, verdicts, watch
+from mpiplat.conformance.settings import SCHEMA, SettingsError, parse
 from mpiplat.conformance.verdicts import Evidence
 
 
@@ -176,6 +179,26 @@ def test_per_test_timeouts_come_from_the_settings():
     assert slow.test_timeout_s("PERF-02") == 3600 + 2 * 600
     assert slow.test_timeout_s("SCALE-01") == 3600 * 4  # 4 times the catalog's 50 jobs
     assert slow.test_timeout_s("SCALE-02") == 3600  # fewer workers than the catalog: no less time
+    patient = parse({"teams": [{"name": "a"}], "timeouts": {"wait_scale": 2}})
+    assert patient.test_timeout_s("JOB-01") == 2 * 1800  # waits twice as long: so may the test
+    assert patient.test_timeout_s("SCH-05") == 2 * (1800 + 2 * 330)
+    hasty = parse({"teams": [{"name": "a"}], "timeouts": {"wait_scale": 0.25}})
+    assert hasty.test_timeout_s("JOB-01") == 1800  # shorter waits never shorten the test's bound
+
+
+def test_every_wait_of_the_suite_is_scaled_by_wait_scale(monkeypatch):
+    monkeypatch.setattr(watch, "WAIT_SCALE", 0.5)
+    assert watch.waited(60) == 30
+    assert 29 < watch.deadline(60) - time.monotonic() <= 30
+    with pytest.raises(SettingsError, match="timeouts.wait_scale"):
+        parse({"teams": [{"name": "a"}], "timeouts": {"wait_scale": 0}})
+    # The suite's own deadlines and direct watches go through waited()/deadline() too.
+    suite = Path(catalog.__file__).parent / "suite"
+    for path in suite.glob("test_*.py"):
+        text = path.read_text()
+        assert "monotonic() + " not in text, f"{path.name}: a deadline not made with watch.deadline()"
+        raw = re.findall(r"kube\.wait_for\([^)]*timeout=(?!waited\(|timeout\b)", text)
+        assert not raw, f"{path.name}: kube.wait_for with an unscaled timeout: {raw}"
 
 
 # ---------------------------------------------------------------- AI conformance

@@ -16,7 +16,7 @@ import pytest
 
 from mpiplat import jobs
 from mpiplat.conformance import capabilities as caps
-from mpiplat.conformance import catalog, handover, report, snapshot
+from mpiplat.conformance import catalog, handover, report, snapshot, watch
 from mpiplat.conformance.placement import Placement, placement
 from mpiplat.conformance.placement import level as placement_level
 from mpiplat.conformance.run import RUN_LABEL, Run
@@ -58,6 +58,7 @@ def pytest_configure(config):
         config._mpiplat_settings = load(config.getoption("--settings"))
     except SettingsError as err:
         raise pytest.UsageError(str(err)) from err
+    watch.WAIT_SCALE = config._mpiplat_settings.timeouts["wait_scale"]
     config._mpiplat_outcomes = []
     config._mpiplat_failures = []  # what handover.write packs for each failed test
     config._mpiplat_started = time.monotonic()

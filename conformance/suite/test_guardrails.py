@@ -11,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance.placement import pod_spec
+from mpiplat.conformance.watch import deadline, waited
 from mpiplat.kube import MPIJOB
 
 QUOTA_LABEL = {"mpiplat.io/gpu-quota": "true"}  # guardrails_quota_selector's default
@@ -35,12 +36,12 @@ def _rejected(kube, manifest: dict) -> tuple[str, float]:
 
 
 def _wait_for_quota(kube, ns: str, name: str, done, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
+    until, timeout = deadline(timeout), waited(timeout)
     while True:
         status = kube.core.read_namespaced_resource_quota(name, ns).status
         if status is not None and done(status):
             return
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= until:
             pytest.fail(f"ResourceQuota {ns}/{name} {what} within {timeout:.0f}s; its status: {status}")
         time.sleep(0.2)
 
@@ -49,7 +50,7 @@ def _wait_until_policy_rejects(kube, manifest: dict, policy: str, timeout: float
     """Dry-run `manifest` on the server until an admission policy rejects it: a policy whose params object was
     just created or changed holds only once the API server's policy informer has seen it."""
     meta = manifest["metadata"]
-    deadline = time.monotonic() + timeout
+    until, timeout = deadline(timeout), waited(timeout)
     while True:
         try:
             kube.custom.create_namespaced_custom_object(MPIJOB.group, MPIJOB.version, meta["namespace"],
@@ -58,7 +59,7 @@ def _wait_until_policy_rejects(kube, manifest: dict, policy: str, timeout: float
             if err.status in (400, 403, 422):
                 return
             raise
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= until:
             pytest.fail(f"{policy} still admitted MPIJob {meta['name']} (server-side dry run) {timeout:.0f}s after "
                         f"its params were in place: the guardrail is missing, unbound in namespace "
                         f"{meta['namespace']}, or not enforcing (install it with the guardrails role)")

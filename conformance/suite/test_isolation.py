@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance.placement import Placement, pod_spec
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, wait_pods
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, deadline, wait_pods, waited
 from mpiplat.kube import MPIJOB, label_selector
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -40,13 +40,13 @@ def _team_service_account(kube, team, ns: str) -> tuple[bool | None, str]:
         if err.status != 404:
             raise
         return None, f"team namespace {team.namespace} has no default ServiceAccount"
-    deadline = time.monotonic() + 30  # Kubernetes creates a new namespace's default ServiceAccount
+    until = deadline(30)  # Kubernetes creates a new namespace's default ServiceAccount
     while automount is not None:
         try:
             kube.core.patch_namespaced_service_account("default", ns, {"automountServiceAccountToken": automount})
             break
         except ApiException as err:
-            if err.status != 404 or time.monotonic() > deadline:
+            if err.status != 404 or time.monotonic() > until:
                 raise
             time.sleep(0.5)
     return automount, (f"team namespace {team.namespace}'s default ServiceAccount sets automountServiceAccountToken "
@@ -254,12 +254,12 @@ def _launcher_phase(kube, ns: str, job: str) -> tuple[str, str]:
 def _wait_ranks_report(kube, ns: str, job: str, workers: set[str], timeout: float) -> None:
     """Wait until the launcher's log has a "rank on <worker>" line from every worker: mpirun reached
     them over SSH, its daemons called back, and the ranks' output came back."""
-    deadline = time.monotonic() + timeout
+    until, timeout = deadline(timeout), waited(timeout)
     while True:
         phase, log = _launcher_phase(kube, ns, job)
         if all(f"rank on {w}" in log for w in workers):
             return
-        if phase not in ("Pending", "Running") or time.monotonic() > deadline:
+        if phase not in ("Pending", "Running") or time.monotonic() > until:
             tail = "\n".join(log.splitlines()[-15:])
             pytest.fail(f"under the team's NetworkPolicies the MPIJob's ranks did not all start within {timeout:.0f}s "
                         f"(launcher {phase}): the policies block the job's own traffic? Its log ends:"

@@ -17,12 +17,14 @@ from mpiplat.conformance.watch import (
     ROLE_LABEL,
     all_running,
     condition_times,
+    deadline,
     percentile,
     pull_failure,
     run_workload_job,
     submit,
     wait_pods,
     wait_workload_job,
+    waited,
 )
 from mpiplat.conformance.workloads import results
 from mpiplat.diagnose import diagnose
@@ -232,10 +234,10 @@ def test_deleting_a_job_removes_everything_it_created(kube, run, mpijob_spec):
     for read in reads.values():
         read()
     kube.delete(MPIJOB, "gone", ns)
-    deadline = time.monotonic() + 60
+    until = deadline(60)
     left = dict(reads)
     pods = ["?"]
-    while (left or pods) and time.monotonic() < deadline:
+    while (left or pods) and time.monotonic() < until:
         for what, read in list(left.items()):
             try:
                 read()
@@ -245,8 +247,8 @@ def test_deleting_a_job_removes_everything_it_created(kube, run, mpijob_spec):
         pods = [f"{p.metadata.name} ({'terminating' if p.metadata.deletion_timestamp else p.status.phase})"
                 for p in kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=gone").items]
         time.sleep(0.5)
-    assert not left, f"still present 60s after deletion: {sorted(left)}"
-    assert not pods, f"pods still present 60s after deletion: {pods}"
+    assert not left, f"still present {waited(60):.0f}s after deletion: {sorted(left)}"
+    assert not pods, f"pods still present {waited(60):.0f}s after deletion: {pods}"
 
 
 @pytest.mark.requirement("JOB-08")
@@ -256,14 +258,15 @@ def test_ssh_key_material_is_unique_per_job(kube, run, mpijob_spec):
         kube.create(MPIJOB, jobs.mpijob(mpijob_spec(f"key-{name}", ns, workers=2,
                                                     launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
     keys = {}
-    deadline = time.monotonic() + 60
-    while len(keys) < 2 and time.monotonic() < deadline:
+    until = deadline(60)
+    while len(keys) < 2 and time.monotonic() < until:
         for name in ("a", "b"):
             try:
                 keys[name] = kube.core.read_namespaced_secret(f"key-{name}-ssh", ns).data
             except ApiException:
                 time.sleep(0.5)
-    assert len(keys) == 2
+    missing = sorted(f"{ns}/key-{n}-ssh" for n in ("a", "b") if n not in keys)
+    assert not missing, f"no SSH Secret {missing} within {waited(60):.0f}s of the MPIJobs' creation"
     assert keys["a"]["ssh-privatekey"] != keys["b"]["ssh-privatekey"]
     assert keys["a"]["ssh-publickey"] != keys["b"]["ssh-publickey"]
 

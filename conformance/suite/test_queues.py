@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from mpiplat import jobs
 from mpiplat.conformance import health
 from mpiplat.conformance.run import RUN_LABEL
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, condition_times, wait_pods
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, condition_times, deadline, wait_pods, waited
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import CLUSTERQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kind, condition, has_condition
 from mpiplat.queues import gpu_capacity
@@ -54,14 +54,14 @@ def _after(duration: str) -> dict:
 
 
 def _workload(kube, ns: str, job: str, timeout: float = 30) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    until, timeout = deadline(timeout), waited(timeout)
+    while time.monotonic() < until:
         found = [w for w in kube.list(WORKLOAD, ns)
                  if any(o.get("name") == job for o in w["metadata"].get("ownerReferences", []))]
         if found:
             return found[0]
         time.sleep(0.3)
-    raise TimeoutError(f"no Workload for {ns}/{job} after {timeout}s")
+    raise TimeoutError(f"no Workload for {ns}/{job} after {timeout:.0f}s")
 
 
 def _pods(kube, ns: str, job: str) -> list:
@@ -82,6 +82,7 @@ def _since(obj: dict, ctype: str) -> datetime | None:
 def _admitted(kube, ns: str, job: str, timeout: float = ADMISSION_TIMEOUT_S, why: str = "") -> dict:
     """The job's Workload once it holds quota (QuotaReserved True); fails with its last status otherwise."""
     name = _workload(kube, ns, job)["metadata"]["name"]
+    timeout = waited(timeout)
     try:
         return kube.wait_for(WORKLOAD, name, ns, lambda w: has_condition(w, "QuotaReserved"), timeout=timeout,
                              what="quota reservation (admission)")
@@ -94,8 +95,8 @@ def _remove_jobs(kube, ns: str, timeout: float = 120) -> None:
     preempted job, which Kueue would admit again) is free for the tests that follow."""
     for job in kube.list(MPIJOB, ns):
         kube.delete(MPIJOB, job["metadata"]["name"], ns)
-    deadline = time.monotonic() + timeout
-    while kube.list(WORKLOAD, ns) and time.monotonic() < deadline:
+    until = deadline(timeout)
+    while kube.list(WORKLOAD, ns) and time.monotonic() < until:
         time.sleep(0.5)
 
 
@@ -103,7 +104,7 @@ def _capacity(kube, settings, cluster_queue: str, timeout: float = 30):
     """gpu_capacity of the ClusterQueue once the ClusterQueues' status has caught up with their Workloads:
     Kueue writes it a moment after an admission or a job's end, and the suite sizes its jobs by it (a stale
     figure makes a job that should need to borrow, or to preempt, fit)."""
-    deadline = time.monotonic() + timeout
+    until = deadline(timeout)
     while True:
         holding: dict[str, int] = {}
         for w in kube.custom.list_cluster_custom_object(WORKLOAD.group, WORKLOAD.version, WORKLOAD.plural)["items"]:
@@ -114,7 +115,7 @@ def _capacity(kube, settings, cluster_queue: str, timeout: float = 30):
         reserving = {c["metadata"]["name"]: int((c.get("status") or {}).get("reservingWorkloads") or 0)
                      for c in cqs["items"]}
         stale = [name for name, n in reserving.items() if n != holding.get(name, 0)]
-        if not stale or time.monotonic() > deadline:
+        if not stale or time.monotonic() > until:
             return gpu_capacity(kube, cluster_queue, settings.gpu_resource)
         time.sleep(0.5)
 
@@ -122,8 +123,8 @@ def _capacity(kube, settings, cluster_queue: str, timeout: float = 30):
 def _idle_capacity(kube, settings, cluster_queue: str, timeout: float = 60):
     """_capacity of the ClusterQueue once every ClusterQueue of its cohort holds and queues nothing: the
     rows that show an order of events (who waits, who is admitted, who is preempted) need no other job
-    to end or arrive meanwhile. Waits up to `timeout` seconds, then skips, naming the busy queues."""
-    deadline = time.monotonic() + timeout
+    to end or arrive meanwhile. Waits up to waited(timeout) seconds, then skips, naming the busy queues."""
+    until, timeout = deadline(timeout), waited(timeout)
     while True:
         cap = _capacity(kube, settings, cluster_queue)
         cqs = kube.custom.list_cluster_custom_object(CLUSTERQUEUE.group, CLUSTERQUEUE.version, CLUSTERQUEUE.plural)
@@ -134,7 +135,7 @@ def _idle_capacity(kube, settings, cluster_queue: str, timeout: float = 60):
         busy = {name: st for name, st in busy.items() if any(st.values())}
         if not busy:
             return cap
-        if time.monotonic() > deadline:
+        if time.monotonic() > until:
             pytest.skip(f"needs ClusterQueue {cluster_queue} and its cohort idle; after {timeout:.0f}s still busy: "
                         f"{busy}")
         time.sleep(1)
@@ -327,9 +328,9 @@ def test_cohort_borrowing_between_two_teams(kube, run, settings, mpijob_spec):
     try:
         kube.create(MPIJOB, _job(mpijob_spec, "borrower", ns, size, **_after("10s")))
         _admitted(kube, ns, "borrower", why=f" ({size} GPUs; its own quota has {own} free)")
-        deadline = time.monotonic() + 15  # the ClusterQueue's status follows the admission within a moment
+        until = deadline(15)  # the ClusterQueue's status follows the admission within a moment
         while (held := _cq_gpus(kube, team.cluster_queue, settings.gpu_resource))["borrowed"] < size - own \
-                and time.monotonic() < deadline:
+                and time.monotonic() < until:
             time.sleep(0.5)
         assert held["borrowed"] >= size - own, (f"ClusterQueue {team.cluster_queue} reports {held['borrowed']} GPUs "
                                                 f"borrowed while a job of {size} GPUs runs on {own} of its own")
@@ -375,18 +376,21 @@ def test_fair_sharing_lets_the_team_that_borrows_less_preempt_the_one_that_borro
     try:
         kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "greedy", ns_a, cap_a.nominal + lend, **_after(LONG)))
         greedy = _admitted(kube, ns_a, "greedy")["metadata"]["name"]
-        deadline = time.monotonic() + 15  # the ClusterQueue's status follows the admission within a moment
+        until = deadline(15)  # the ClusterQueue's status follows the admission within a moment
         while True:
             before = kube.get(CLUSTERQUEUE, a.cluster_queue)
             if float(((before.get("status") or {}).get("fairSharing") or {}).get("weightedShare") or 0) > 0 \
-                    or time.monotonic() > deadline:
+                    or time.monotonic() > until:
                 break
             time.sleep(0.5)
+        if (before.get("status") or {}).get("fairSharing") is None:
+            pytest.fail(f"ClusterQueue {a.cluster_queue} reports no status.fairSharing while team {a.name} borrows "
+                        f"{lend} GPUs: Kueue's fairSharing is not enabled, so no job is preempted by fair share")
         kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "modest", ns_b, cap_b.nominal + 1, **_after("5s")))
         why = (f": team {a.name} borrows {lend} GPUs, team {b.name}'s job would borrow 1, yet Kueue did not preempt "
                f"by fair share; ClusterQueue {a.cluster_queue} status.fairSharing: {_share(before)}")
         _admitted(kube, ns_b, "modest", why=why)
-        preempted = kube.wait_for(WORKLOAD, greedy, ns_a, lambda w: has_condition(w, "Preempted"), timeout=30,
+        preempted = kube.wait_for(WORKLOAD, greedy, ns_a, lambda w: has_condition(w, "Preempted"), timeout=waited(30),
                                   what="Preempted condition")
         reason = condition(preempted, "Preempted").get("reason")
         request.node._mpiplat_diagnosis = condition(preempted, "Preempted").get("message", "")
@@ -437,7 +441,7 @@ def test_priority_preemption_within_a_queue(kube, run, settings, mpijob_spec, re
         policy = kube.get(CLUSTERQUEUE, team.cluster_queue)["spec"].get("preemption")
         urgent = _admitted(kube, ns, "urgent", why=f": the high-priority job did not preempt the low-priority one "
                                                    f"(ClusterQueue {team.cluster_queue} preemption: {policy})")
-        preempted = kube.wait_for(WORKLOAD, bulk, ns, lambda w: has_condition(w, "Preempted"), timeout=30,
+        preempted = kube.wait_for(WORKLOAD, bulk, ns, lambda w: has_condition(w, "Preempted"), timeout=waited(30),
                                   what="Preempted condition")
         reason = condition(preempted, "Preempted").get("reason")
         request.node._mpiplat_diagnosis = condition(preempted, "Preempted").get("message", "")
@@ -460,7 +464,7 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
     admits an evicted job again (e.g. requeuingStrategy backoffLimitCount 0 deactivates it)."""
     team = _team(settings)
     ns = run.namespace(team)
-    timeout = settings.thresholds["pods_ready_timeout_s"]
+    timeout = waited(settings.thresholds["pods_ready_timeout_s"])
     try:
         # The settings' selector plus one that no node matches: admitted, never schedulable.
         kube.create(MPIJOB, _job(mpijob_spec, "stuck", ns, 2, node_selector={"mpiplat.io/no-such-node": "true"}))
@@ -485,11 +489,11 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
         run.record("SCH-05", "eviction -> admitted again (requeue backoff)",
                    (_since(again, "QuotaReserved") - at).total_seconds(), "s")
         old = {p.metadata.uid for p in first}
-        deadline = time.monotonic() + 60
-        while old & {p.metadata.uid for p in _pods(kube, ns, "stuck")} and time.monotonic() < deadline:
+        until = deadline(60)
+        while old & {p.metadata.uid for p in _pods(kube, ns, "stuck")} and time.monotonic() < until:
             time.sleep(0.5)
         assert not old & {p.metadata.uid for p in _pods(kube, ns, "stuck")}, "the evicted job's pods were not removed"
-        kube.wait_for(MPIJOB, "stuck", ns, lambda j: j["spec"]["runPolicy"].get("suspend") is False, timeout=60,
+        kube.wait_for(MPIJOB, "stuck", ns, lambda j: j["spec"]["runPolicy"].get("suspend") is False, timeout=waited(60),
                       what="resumed (runPolicy.suspend false) after the re-admission")
     finally:
         _remove_jobs(kube, ns)

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
+from mpiplat.conformance import settings
 from mpiplat.localcluster import cluster, faults
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
@@ -31,10 +33,18 @@ def before(kube) -> dict:
     return faults.baseline()
 
 
-def run_suite(requirements: list[str], report_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    """The conformance suite's cluster profile, only `requirements`, against the local cluster."""
+def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0) -> tuple[subprocess.CompletedProcess,
+                                                                                           dict]:
+    """The conformance suite's cluster profile, only `requirements`, against the local cluster, with the
+    local settings and their timeouts.wait_scale set to `wait_scale`."""
+    local = yaml.safe_load(settings.LOCAL.read_text())
+    local["timeouts"] = {**local.get("timeouts", {}), "wait_scale": wait_scale}
+    path = report_dir / "settings.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(local))
     cmd = [sys.executable, "-m", "pytest", str(SUITE), "--profile", "cluster", "--only", ",".join(requirements),
-           "--kubeconfig", str(cluster.kubeconfig_path()), "--report-dir", str(report_dir), "-p", "no:cacheprovider"]
+           "--kubeconfig", str(cluster.kubeconfig_path()), "--report-dir", str(report_dir), "--settings", str(path),
+           "-p", "no:cacheprovider"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
     results = report_dir / "results.json"
     assert results.is_file(), f"the suite wrote no results.json (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
@@ -49,15 +59,16 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
     try:
         fault.apply()
         times["apply"] = time.monotonic() - start
-        proc, results = run_suite(fault.requirements, tmp_path)
+        proc, results = run_suite(fault.requirements, tmp_path, fault.wait_scale)
         times["suite"] = time.monotonic() - start - times["apply"]
     finally:
         undo = time.monotonic()
         fault.undo()
         times["undo"] = time.monotonic() - undo
     with capsys.disabled():
-        print(f"\n  fault {fault.name}: apply {times.get('apply', 0):.0f}s, suite {times.get('suite', 0):.0f}s "
-              f"({', '.join(fault.requirements)}), undo {times['undo']:.0f}s", flush=True)
+        print(f"\n  fault {fault.name} (waits x{fault.wait_scale:g}): apply {times.get('apply', 0):.0f}s, "
+              f"suite {times.get('suite', 0):.0f}s ({', '.join(fault.requirements)}), undo {times['undo']:.0f}s",
+              flush=True)
     reqs = results["requirements"]
     wrong = []
     for rid, words in fault.expect.items():

@@ -1,5 +1,5 @@
 """The fault matrix offline: its list (mpiplat.localcluster.faults), the docs' table and the catalog agree,
-and every catalog row that runs locally has a fault or a reason why not. (Against the cluster:
+and every catalog row that runs locally has a fault. (Against the cluster:
 test_fault_matrix.py.)"""
 
 from __future__ import annotations
@@ -33,38 +33,33 @@ def _table_rows(text: str, first_cell: str) -> list[list[str]]:
     return rows
 
 
-def _doc() -> tuple[dict[str, dict], dict[str, str]]:
+def _doc() -> dict[str, dict]:
     section = _section(DOC.read_text(), "The fault matrix")
     table = {}
-    for name, what, rows, words, _time in _table_rows(section, r"`[a-z0-9-]+`"):
+    for name, what, rows, words, waits, _time in _table_rows(section, r"`[a-z0-9-]+`"):
         expect = {}
         for part in words.split("; "):
             rid, _, said = part.partition(": ")
             expect[rid] = tuple(re.findall(r'"([^"]+)"', said))
-        table[name.strip("`")] = {"what": what, "rows": rows.split(", "), "expect": expect}
-    why = {cells[0]: cells[1] for cells in _table_rows(section, r"[A-Z]+-\d+")}
-    return table, why
+        table[name.strip("`")] = {"what": what, "rows": rows.split(", "), "expect": expect,
+                                  "wait_scale": float(waits.lstrip("x"))}
+    return table
 
 
 def test_every_fault_is_a_row_of_the_docs_table_and_the_reverse():
-    table, _ = _doc()
+    table = _doc()
     matrix = {f.name: f for f in faults.matrix()}
     assert sorted(table) == sorted(matrix), "the docs table (The fault matrix) and localcluster/faults.py differ"
     for name, f in matrix.items():
-        assert table[name] == {"what": f.what, "rows": f.requirements, "expect": dict(sorted(f.expect.items()))}, name
+        assert table[name] == {"what": f.what, "rows": f.requirements, "expect": dict(sorted(f.expect.items())),
+                               "wait_scale": f.wait_scale}, name
 
 
-def test_the_docs_say_why_each_row_without_a_fault_has_none():
-    _, why = _doc()
-    assert why == faults.NOT_IN_MATRIX
-
-
-def test_every_local_catalog_row_has_a_fault_or_a_reason():
+def test_every_local_catalog_row_has_a_fault():
     covered = {rid for f in faults.matrix() for rid in f.requirements}
     assert covered <= set(REQUIREMENTS), covered - set(REQUIREMENTS)
-    assert set(faults.NOT_IN_MATRIX) <= LOCAL, set(faults.NOT_IN_MATRIX) - LOCAL
-    assert not covered & set(faults.NOT_IN_MATRIX), "a row with a fault is also listed as having none"
-    assert LOCAL <= covered | set(faults.NOT_IN_MATRIX), f"local rows with neither: {LOCAL - covered}"
+    assert LOCAL <= covered, f"local rows without a fault: {sorted(LOCAL - covered)}"
+    assert all(0 < f.wait_scale <= 1 for f in faults.matrix())
 
 
 def test_at_least_15_faults_each_named_once_each_with_words_to_find():

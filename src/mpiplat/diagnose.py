@@ -265,7 +265,17 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESO
         queued.state = state if state != "Pending" else "Queued"
         return queued
 
+    if kind == "MPIJob" and state == "Pending" and not pods and not job.get("status"):
+        return Diagnosis(job_ref, state, "the MPI Operator has not picked up the job (no status, no pods)",
+                         "check that the MPI Operator runs (kubectl get pods -A -l app=mpi-operator) and read its log",
+                         details)
     events = kube.core.list_namespaced_event(namespace).items
+    claims = _pending_claims(kube, namespace, pods, events)
+    if claims:
+        return Diagnosis(job_ref, state,
+                         f"pods wait for PersistentVolumeClaims that are not Bound: {'; '.join(claims)}",
+                         "check the claim's StorageClass and that its provisioner runs (kubectl get pvc,storageclass)",
+                         details)
     unschedulable = [e for e in events if e.reason == "FailedScheduling"
                      and any(e.involved_object.name == p.metadata.name for p in pods)]
     if unschedulable:
@@ -284,6 +294,25 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESO
                       "the Launcher to keep it")
         return Diagnosis(job_ref, state, f"job failed: {msg}", remedy, details)
     return Diagnosis(job_ref, state, "no problem found", "wait, or watch the job's events", details)
+
+
+def _pending_claims(kube: Kube, namespace: str, pods, events) -> list[str]:
+    """'claim (phase: its last event)' for each PersistentVolumeClaim of the Pending pods not Bound."""
+    names = sorted({v.persistent_volume_claim.claim_name for p in pods if p.status.phase == "Pending"
+                    for v in p.spec.volumes or [] if v.persistent_volume_claim})
+    found = []
+    for name in names:
+        try:
+            phase = kube.core.read_namespaced_persistent_volume_claim(name, namespace).status.phase
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            phase = "missing"
+        if phase != "Bound":
+            said = [e.message for e in events if e.involved_object.kind == "PersistentVolumeClaim"
+                    and e.involved_object.name == name]
+            found.append(f"{name} ({phase}{': ' + said[-1] if said else ''})")
+    return found
 
 
 def _launcher_log(kube: Kube, namespace: str, pod) -> str:

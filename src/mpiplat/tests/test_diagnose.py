@@ -398,3 +398,38 @@ def test_diagnose_points_at_the_cluster_dns_when_a_workers_name_does_not_resolve
     found = diagnose(_FakeKube(_failed_job("k5", "ns"), pods, {"k5-launcher-4prgp": SSH_UNRESOLVED}), "ns", "k5")
     assert found.cause.startswith("MPI communication failed: worker 1 unreachable: its name does not resolve"), found
     assert "CoreDNS" in found.remedy and "k8s-app=kube-dns" in found.remedy, found.remedy
+
+
+class _QuietKube(_FakeKube):
+    """A job that no queue holds, with `claims` (name -> phase) and `events`."""
+
+    def __init__(self, job: dict, pods: list, claims: dict[str, str] | None = None, events: list | None = None):
+        super().__init__(job, pods, {})
+        self.core.list_namespaced_event = lambda ns: SimpleNamespace(items=events or [])
+        self.core.read_namespaced_persistent_volume_claim = lambda name, ns: SimpleNamespace(
+            status=SimpleNamespace(phase=(claims or {})[name]))
+
+    def list(self, kind, namespace, label_selector=""):
+        return []
+
+
+def test_diagnose_says_when_no_operator_picked_up_the_job():
+    job = jobs.mpijob(jobs.MPIJobSpec(name="j", namespace="ns"))
+    found = diagnose(_QuietKube(job, []), "ns", "j")
+    assert found.cause == "the MPI Operator has not picked up the job (no status, no pods)", found
+    assert "MPI Operator runs" in found.remedy
+
+
+def test_diagnose_names_the_claim_that_keeps_the_pods_pending():
+    job = jobs.mpijob(jobs.MPIJobSpec(name="j", namespace="ns"))
+    job["status"] = {"conditions": [{"type": "Created", "status": "True"}]}
+    pod = _pod("j-worker-0", "worker", 0, "Pending")
+    pod.spec = client.V1PodSpec(containers=[], volumes=[client.V1Volume(
+        name="data", persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(claim_name="ckpt"))])
+    event = SimpleNamespace(involved_object=SimpleNamespace(kind="PersistentVolumeClaim", name="ckpt"),
+                            message="waiting for a volume to be created by rancher.io/local-path")
+    found = diagnose(_QuietKube(job, [pod], {"ckpt": "Pending"}, [event]), "ns", "j")
+    assert found.cause == ("pods wait for PersistentVolumeClaims that are not Bound: ckpt (Pending: waiting for a "
+                           "volume to be created by rancher.io/local-path)"), found
+    assert "provisioner" in found.remedy
+    assert diagnose(_QuietKube(job, [pod], {"ckpt": "Bound"}), "ns", "j").cause == "no problem found"
