@@ -554,7 +554,7 @@ def matrix() -> list[Fault]:
                                "name": "auditor@example.com"}]}),
         KueueConfigured(
             "kueue-no-waitforpodsready", "Kueue restarted without waitForPodsReady in its configuration",
-            {"SCH-05": ("waitForPodsReady",)}, drop=("waitForPodsReady",), wait_scale=0.25),
+            {"SCH-05": ("waitForPodsReady",)}, drop=("waitForPodsReady",), wait_scale=0.1),
         KueueConfigured(
             "kueue-no-fairsharing", "Kueue restarted without fairSharing in its configuration",
             {"SCH-07": ("fairSharing is not enabled",)}, drop=("fairSharing",), wait_scale=0.25),
@@ -571,7 +571,7 @@ def matrix() -> list[Fault]:
             "mpi-operator-stopped", "mpi-operator stopped",
             {"INS-01": ("mpi-operator", "not renewed"), "JOB-08": ("no SSH Secret",),
              **{rid: ("MPI Operator has not picked up the job",)
-                for rid in ("JOB-06", "JOB-07", "JOB-09", "SCALE-01", "SCALE-02", "FAIL-01", "FAIL-02")}},
+                for rid in ("JOB-06", "JOB-07", "JOB-09", "JOB-12", "SCALE-01", "SCALE-02", "FAIL-01", "FAIL-02")}},
             controller="mpi-operator", wait_scale=0.02),
         ControllerStopped(
             "trainer-stopped", "Trainer's controller manager (and its webhook) stopped",

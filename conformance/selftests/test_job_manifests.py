@@ -249,3 +249,18 @@ def test_a_launcher_may_keep_its_failed_pod():
     assert "restartPolicy" not in worker["Worker"]
     with pytest.raises(jobs.JobSpecError, match=r"launcher_restart_policy is 'Always'; allowed: Never, OnFailure"):
         launcher(launcher_restart_policy="Always")
+
+
+def test_the_launcher_creation_policy_is_the_builders_choice_with_wait_for_workers_ready_by_default():
+    """WaitForWorkersReady by default: mpi-operator creates the launcher only once every worker is Ready (the
+    workers' readinessProbe is their sshd), so mpirun never races a worker that is not up."""
+    def policy(**kw) -> str:
+        return jobs.mpijob(jobs.MPIJobSpec(name="lc", **kw))["spec"]["launcherCreationPolicy"]
+
+    assert policy() == "WaitForWorkersReady"
+    assert policy(launcher_creation_policy="AtStartup") == "AtStartup"
+    worker = jobs.mpijob(jobs.MPIJobSpec(name="lc"))["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["containers"][0]["readinessProbe"]["tcpSocket"]["port"] == jobs.SSH_PORT
+    with pytest.raises(jobs.JobSpecError, match=r"launcher_creation_policy is 'Later'; allowed: WaitForWorkersReady, "
+                                                r"AtStartup"):
+        policy(launcher_creation_policy="Later")

@@ -307,6 +307,36 @@ def test_checkpoint_on_a_shared_pvc_is_read_back_by_a_second_job(kube, run, sett
     run.record("JOB-10", "hosts that shared the checkpoint volume", found["write"]["hosts"])
 
 
+@pytest.mark.requirement("JOB-12")
+def test_no_launcher_exists_until_every_worker_is_ready(kube, run, capabilities, mpijob_spec):
+    """With launcherCreationPolicy WaitForWorkersReady (the job builder's default; workers are Ready once their
+    sshd answers): a job whose workers can never be scheduled (a node selector no node matches) gets its workers
+    but no launcher; a job whose workers run (real pods where the cluster has them) gets its launcher no earlier
+    than the last worker became Ready. Fails on an operator that creates the launcher at startup (AtStartup, or
+    a version without the policy), or that ignores worker readiness."""
+    ns = run.namespace()
+    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("held", ns, workers=2,
+                                                node_selector={"mpiplat.io/no-such-node": "true"})))
+    wait_pods(kube, ns, f"{JOB_LABEL}=held,{ROLE_LABEL}=worker", lambda ps: len(ps) >= 2, timeout=60)
+    time.sleep(3)  # give the operator time to (wrongly) create the launcher
+    launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=held,{ROLE_LABEL}=launcher").items
+    jobs_made = [j.metadata.name for j in kube.batch.list_namespaced_job(ns).items]
+    pods = [p.metadata.name for p in launchers]
+    assert not launchers and not jobs_made, (f"a launcher exists (Jobs {jobs_made}, pods {pods}) although no worker "
+                                             "is Ready: launcherCreationPolicy WaitForWorkersReady is not honoured")
+    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("ready", ns, real=capabilities.pod_network, workers=2,
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "5s"})))
+    [launcher] = wait_pods(kube, ns, f"{JOB_LABEL}=ready,{ROLE_LABEL}=launcher", lambda ps: len(ps) >= 1,
+                           timeout=120)[:1]
+    created = kube.batch.read_namespaced_job("ready-launcher", ns).metadata.creation_timestamp
+    workers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=ready,{ROLE_LABEL}=worker").items
+    ready = {p.metadata.name: next((c.last_transition_time for c in p.status.conditions or []
+                                    if c.type == "Ready" and c.status == "True"), None) for p in workers}
+    late = {name: str(at) for name, at in ready.items() if at is None or at > created}
+    assert len(workers) == 2 and not late, (f"launcher Job created {created}, before workers were Ready: {late} "
+                                            f"(launcher pod {launcher.metadata.name})")
+
+
 NON_ROOT_UID = 1000
 NON_ROOT_SSH = "/home/mpiuser/.ssh"  # the MPI user's ~/.ssh: where its ssh client and its sshd look
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from kubernetes import client
 
 from mpiplat.versions import load, module_dir
 
@@ -123,8 +124,11 @@ def test_role_applies_the_dashboard_and_says_why_it_skips_operator_objects(kube,
         "name": "Monitoring", "hosts": "all", "gather_facts": False,
         "module_defaults": {"group/kubernetes.core.k8s": {"kubeconfig": "{{ mpiplat_kubeconfig | default(omit) }}"}},
         "roles": [{"role": "monitoring", "vars": {"monitoring_state": "{{ state }}"}}]}]))
-    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "inventories/local/hosts.yml", str(play)]
+    scraper = {"namespace": "monitoring", "name": "prometheus"}
+    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "inventories/local/hosts.yml", str(play),
+           "-e", json.dumps({"monitoring_prometheus_service_accounts": [scraper]})]
     env = dict(ansible_env, ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    rbac = client.RbacAuthorizationV1Api(kube.api_client)
     try:
         run = subprocess.run(cmd + ["-e", "state=present"], cwd=ROOT, env=env, capture_output=True, text=True)
         assert run.returncode == 0, run.stdout[-3000:]
@@ -132,11 +136,16 @@ def test_role_applies_the_dashboard_and_says_why_it_skips_operator_objects(kube,
         cm = kube.core.read_namespaced_config_map("mpiplat-mpijob-overview-dashboard", "mpiplat-monitoring")
         assert cm.metadata.labels["grafana_dashboard"] == "1"
         assert json.loads(cm.data["mpijob-overview.json"])["uid"] == DASHBOARD["uid"]
+        binding = rbac.read_cluster_role_binding("mpiplat-kueue-metrics-reader")  # Kueue's /metrics for Prometheus
+        assert binding.role_ref.name == "kueue-metrics-reader"
+        assert [(s.kind, s.namespace, s.name) for s in binding.subjects] == [("ServiceAccount", "monitoring",
+                                                                            "prometheus")]
         again = subprocess.run(cmd + ["-e", "state=present"], cwd=ROOT, env=env, capture_output=True, text=True)
         assert re.search(r"changed=0\b", again.stdout), again.stdout[-2000:]
     finally:
         gone = subprocess.run(cmd + ["-e", "state=absent"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert gone.returncode == 0, gone.stdout[-3000:]
+    assert "mpiplat-kueue-metrics-reader" not in [b.metadata.name for b in rbac.list_cluster_role_binding().items]
     # The role deletes the namespace without waiting (see roles/monitoring/tasks/main.yml).
     deadline = time.monotonic() + 120
     while "mpiplat-monitoring" in [n.metadata.name for n in kube.core.list_namespace().items]:

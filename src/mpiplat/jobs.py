@@ -64,6 +64,7 @@ NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 WORKLOADS_CONFIGMAP = "mpiplat-workloads"
 WORKLOADS_DIR = "/opt/mpiplat"
 WORKLOAD_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+LAUNCHER_CREATION_POLICIES = ("WaitForWorkersReady", "AtStartup")  # mpi-operator v0.8's MPIJobSpec
 
 
 class JobSpecError(MpiplatError, ValueError):
@@ -110,6 +111,9 @@ class MPIJobSpec:
     # stay for the diagnosis. None: the operator's default, OnFailure, with which a failed container restarts
     # in its pod and the Job controller deletes that pod, and its log, at the backoff limit.
     launcher_restart_policy: str | None = "Never"
+    # When mpi-operator creates the launcher: WaitForWorkersReady (default) once every worker is Ready (its sshd
+    # answers), so mpirun never races a worker that is not up; AtStartup with the workers (the operator's default).
+    launcher_creation_policy: str = "WaitForWorkersReady"
 
 
 def _check(spec: MPIJobSpec) -> None:
@@ -128,6 +132,9 @@ def _check(spec: MPIJobSpec) -> None:
                            "(lower-case letters, digits and '_', starting with a letter)")
     if spec.gpus_per_worker < 0:
         raise JobSpecError(f"gpus_per_worker is {spec.gpus_per_worker}; allowed: an integer >= 0")
+    if spec.launcher_creation_policy not in LAUNCHER_CREATION_POLICIES:
+        raise JobSpecError(f"launcher_creation_policy is {spec.launcher_creation_policy!r}; allowed: "
+                           f"{', '.join(LAUNCHER_CREATION_POLICIES)}")
     if spec.launcher_restart_policy not in (None, "Never", "OnFailure"):
         raise JobSpecError(f"launcher_restart_policy is {spec.launcher_restart_policy!r}; allowed: Never, OnFailure "
                            "or None (the operator's default)")
@@ -252,8 +259,8 @@ def mpijob(spec: MPIJobSpec) -> dict:
             "slotsPerWorker": spec.slots_per_worker,
             "mpiImplementation": spec.implementation,
             "sshAuthMountPath": spec.ssh_auth_mount_path,
-            # Start mpirun only once every worker's sshd is ready (avoids the launcher racing workers).
-            "launcherCreationPolicy": "WaitForWorkersReady",
+            # WaitForWorkersReady: mpirun starts only once every worker's sshd is ready (no launcher racing workers).
+            "launcherCreationPolicy": spec.launcher_creation_policy,
             "runPolicy": {"cleanPodPolicy": spec.clean_pod_policy, "suspend": spec.suspend,
                           "backoffLimit": spec.backoff_limit},
             "mpiReplicaSpecs": {"Launcher": launcher, "Worker": worker},
