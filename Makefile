@@ -34,9 +34,6 @@ demo: build
 
 BUNDLE ?= /tmp/mpiplat-test-bundle
 
-# Each line of a lane's output starts with the time and the lane, for the lanes' timings.
-STAMP = awk -v lane='$(1)' '{ print strftime("%H:%M:%S"), lane, $$0; fflush() }'
-
 # Three lanes at once, each line of output prefixed with its lane (they mostly wait on API servers):
 #   offline: lint, then every test not marked `cluster` (unit, charts, MPI workloads, reports);
 #   helm:    molecule `helm` on a bare cluster of its own (MPIPLAT_CLUSTER=helm) from a fresh bundle;
@@ -50,14 +47,14 @@ test: build
 
 test-offline: setup
 	{ $(MAKE) --no-print-directory lint && MPIPLAT_OFFLINE=1 $(BIN)/pytest -m "not cluster" -p no:cacheprovider \
-	  --durations=10; } 2>&1 | $(call STAMP,[offline])
+	  --durations=10; } 2>&1 | sed -u 's/^/[offline] /'
 
 test-helm: build
 	{ export MPIPLAT_CLUSTER=helm && trap '$(BIN)/mpiplat cluster down >/dev/null 2>&1' EXIT \
 	  && $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up --bare \
 	  && rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE) && eval "$$($(BIN)/mpiplat cluster env)" \
 	  && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm; } 2>&1 \
-	  | $(call STAMP,[helm])
+	  | sed -u 's/^/[helm] /'
 
 test-stack: build
 	{ $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up && eval "$$($(BIN)/mpiplat cluster env)" \
@@ -66,7 +63,7 @@ test-stack: build
 	  && $(BIN)/pytest -m faults -p no:cacheprovider \
 	  && $(MAKE) --no-print-directory -j2 stack-tenancy stack-others \
 	  && $(BIN)/pytest -m "cluster and last" -p no:cacheprovider; } 2>&1 \
-	  | $(call STAMP,[stack])
+	  | sed -u 's/^/[stack] /'
 
 # The stack lane's other `cluster` tests, split in two about equal halves.
 STACK_TESTS   = -m "cluster and not faults and not last" -p no:cacheprovider --durations=10
