@@ -16,7 +16,7 @@ from mpiplat import jobs
 
 
 class Placement(TypedDict):
-    """Keyword arguments of jobs.MPIJobSpec and jobs.TrainJobSpec (pod spec nodeSelector, tolerations)."""
+    """Keyword arguments of jobs.MPIJob and jobs.TrainJob (pod spec nodeSelector, tolerations)."""
 
     node_selector: dict[str, str]
     tolerations: list[dict]

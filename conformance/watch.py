@@ -9,8 +9,9 @@ from kubernetes import watch
 
 from mpiplat.conformance.workloads import results
 from mpiplat.diagnose import diagnose
-from mpiplat.jobs import JOB_LABEL, ROLE_LABEL
+from mpiplat.jobs import JOB_LABEL, ROLE_LABEL, MPIJob
 from mpiplat.kube import MPIJOB, Kind, Kube, has_condition
+from mpiplat.sdk import Client
 
 __all__ = ["JOB_LABEL", "ROLE_LABEL"]  # re-exported for the suite's tests
 
@@ -34,6 +35,12 @@ def submit(kube: Kube, kind: Kind, manifest: dict) -> tuple[dict, float]:
     start = time.monotonic()
     obj = kube.create(kind, manifest)
     return obj, time.monotonic() - start
+
+
+def submit_job(kube: Kube, job: MPIJob | dict) -> MPIJob:
+    """Submit an MPIJob (built with mpiplat.jobs.MPIJob, or a manifest) through the SDK, as a user would. No GPU
+    check first: the suite submits jobs that must queue, not be refused."""
+    return Client(kube=kube).create(job, check_gpus=False)
 
 
 def condition_times(kube: Kube, kind: Kind, name: str, namespace: str, until: tuple[str, ...],
@@ -104,7 +111,7 @@ def percentile(values: list[float], pct: float) -> float:
 def run_workload_job(kube: Kube, manifest: dict, program: str, ranks: int, timeout: float) -> list[dict]:
     """Submit a workload MPIJob, wait for it to end, and return its program's result records from
     the launcher's log. Fails with the job's diagnosis, or the program's own failed check."""
-    kube.create(MPIJOB, manifest)
+    submit_job(kube, manifest)
     records, _ = wait_workload_job(kube, manifest["metadata"]["name"], manifest["metadata"]["namespace"], program,
                                    ranks, timeout)
     return records

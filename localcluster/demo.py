@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.kube import MPIJOB, Kube, has_condition
+from mpiplat.sdk import Client
 
 NAMESPACE = "mpiplat-demo"
 # Each rank integrates its share of 4/(1+x^2) over [0, 1]; rank 0 prints the sum.
@@ -58,15 +59,16 @@ def run(kube: Kube) -> int:
     if real:
         from mpiplat.localcluster.images import LOCAL_IMAGES
 
-        spec = jobs.MPIJobSpec(name="demo-pi", namespace=NAMESPACE, workers=2, image=LOCAL_IMAGES["OpenMPI"],
-                               command=["python3", "-c", PI_PROGRAM])
+        spec = jobs.MPIJob(name="demo-pi", namespace=NAMESPACE, workers=2, image=LOCAL_IMAGES["OpenMPI"],
+                           command=["python3", "-c", PI_PROGRAM])
     else:  # simulated: the KWOK nodes complete the launcher after COMPLETE_AFTER
-        spec = jobs.MPIJobSpec(name="demo-pi", namespace=NAMESPACE, workers=2,
-                               launcher_annotations={jobs.COMPLETE_AFTER: "3s"},
-                               node_selector=dict(jobs.KWOK_NODE_SELECTOR),
-                               tolerations=[dict(jobs.KWOK_TOLERATION)])
+        spec = jobs.MPIJob(name="demo-pi", namespace=NAMESPACE, workers=2,
+                           launcher_annotations={jobs.COMPLETE_AFTER: "3s"},
+                           node_selector=dict(jobs.KWOK_NODE_SELECTOR),
+                           tolerations=[dict(jobs.KWOK_TOLERATION)])
+    jobs_ = Client(NAMESPACE, kube=kube)
     start = time.monotonic()
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    jobs_.create(spec)
     print(f"submitted MPIJob {NAMESPACE}/demo-pi (OpenMPI, 2 workers, "
           f"{'real pods on the real node' if real else 'simulated on KWOK nodes'})")
     seen: list[str] = []
@@ -82,14 +84,13 @@ def run(kube: Kube) -> int:
     hostfile = kube.core.read_namespaced_config_map("demo-pi-config", NAMESPACE).data["hostfile"]
     print("hostfile written by mpi-operator:")
     print("".join(f"  {line}\n" for line in hostfile.splitlines()), end="")
-    for pod in kube.core.list_namespaced_pod(NAMESPACE).items:
+    for pod in jobs_.pods("demo-pi"):
         print(f"  pod {pod.metadata.name:24} {pod.status.phase:10} node={pod.spec.node_name}")
     if real:
-        launcher = kube.core.list_namespaced_pod(NAMESPACE, label_selector=f"{jobs.ROLE_LABEL}=launcher").items
         print("what the ranks printed (launcher log):")
-        for pod in launcher[-1:]:
-            log = kube.core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE)
-            print("".join(f"  {line}\n" for line in log.splitlines()), end="")
+        print("".join(f"  {line.text}\n" for line in jobs_.logs("demo-pi")), end="")
+    if "Failed" in seen:
+        print(jobs_.diagnose("demo-pi"))
     ok = "Succeeded" in seen
     print(f"demo {'succeeded' if ok else 'FAILED'} in {time.monotonic() - start:.1f}s "
           f"(namespace {NAMESPACE} kept for inspection)")

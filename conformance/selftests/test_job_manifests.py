@@ -21,8 +21,8 @@ TRAINER_RUNTIMES = ("deepspeed_distributed.yaml", "mlx_distributed.yaml")
 
 
 def _workload_trainjob(**kw) -> dict:
-    return jobs.trainjob(jobs.TrainJobSpec(name="mpi", namespace="ns", workload="allreduce",
-                                           workload_args=["--counts", "1"], **kw))
+    return jobs.trainjob(jobs.TrainJob(name="mpi", namespace="ns", workload="allreduce",
+                                       workload_args=["--counts", "1"], **kw))
 
 
 def test_a_workload_trainjob_runs_mpirun_on_the_launcher_with_the_program_mounted_on_every_mpi_job():
@@ -48,7 +48,7 @@ def test_placement_and_workload_are_two_runtime_patches():
     body = _workload_trainjob(**placement(real=False, kwok_nodes=True))["spec"]
     assert [p["manager"] for p in body["runtimePatches"]] == ["mpiplat.io/placement", "mpiplat.io/workload"]
     # Without either, the TrainJob is the runtime's own (the default: a ClusterTrainingRuntime).
-    plain = jobs.trainjob(jobs.TrainJobSpec(name="ds"))["spec"]
+    plain = jobs.trainjob(jobs.TrainJob(name="ds"))["spec"]
     assert "runtimePatches" not in plain and "command" not in plain["trainer"]
     assert plain["runtimeRef"]["kind"] == "ClusterTrainingRuntime"
 
@@ -62,7 +62,7 @@ def test_placement_and_workload_are_two_runtime_patches():
 ])
 def test_bad_trainjob_parameters_are_refused_naming_the_field(kw, message):
     with pytest.raises(jobs.JobSpecError, match=message):
-        jobs.trainjob(jobs.TrainJobSpec(name="ds", **kw))
+        jobs.trainjob(jobs.TrainJob(name="ds", **kw))
 
 
 # ---------------------------------------------------------------- the launcher waits for its own name
@@ -141,7 +141,7 @@ def _ssh_bin(tmp_path: Path, hostfile: str, answers_after: dict[str, int]) -> di
 
 
 def _mpijob_launch(env: dict[str, str], implementation: str = "OpenMPI") -> subprocess.CompletedProcess:
-    command = jobs.mpijob(jobs.MPIJobSpec(name="j", implementation=implementation, command=["python3", "x.py"]))[
+    command = jobs.mpijob(jobs.MPIJob(name="j", implementation=implementation, command=["python3", "x.py"]))[
         "spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
     assert command[4] == "mpirun" and command[-2:] == ["python3", "x.py"]
     return subprocess.run([*command[:4], "echo", "ran", *command[5:]], env=env, capture_output=True, text=True,
@@ -207,11 +207,11 @@ def test_the_workload_runtime_patch_fits_the_pinned_trainjob_schema(trainer_root
 def test_a_trainjob_env_is_the_trainers_env_list_and_fits_the_pinned_schema(trainer_root):
     crd = yaml.safe_load((trainer_root / "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml").read_text())
     [version] = [v for v in crd["spec"]["versions"] if v["name"] == jobs.TRAINJOB_API.split("/")[1]]
-    manifest = jobs.trainjob(jobs.TrainJobSpec(name="env", env={"OMPI_MCA_orte_default_hostfile": "/tmp/h", "N": 2}))
+    manifest = jobs.trainjob(jobs.TrainJob(name="env", env={"OMPI_MCA_orte_default_hostfile": "/tmp/h", "N": 2}))
     assert manifest["spec"]["trainer"]["env"] == [{"name": "OMPI_MCA_orte_default_hostfile", "value": "/tmp/h"},
                                                   {"name": "N", "value": "2"}]
     jsonschema.validate(manifest, version["schema"]["openAPIV3Schema"])
-    assert "env" not in jobs.trainjob(jobs.TrainJobSpec(name="plain"))["spec"]["trainer"]
+    assert "env" not in jobs.trainjob(jobs.TrainJob(name="plain"))["spec"]["trainer"]
 
 
 @pytest.mark.parametrize("runtime_file", TRAINER_RUNTIMES)
@@ -238,14 +238,14 @@ def test_a_launcher_may_keep_its_failed_pod():
     """restartPolicy Never keeps a failed launcher pod and its log (OnFailure, the operator's default: the Job
     controller deletes it at the backoff limit); it is the builder's default, and None leaves it to the operator."""
     def launcher(**kw) -> dict:
-        return jobs.mpijob(jobs.MPIJobSpec(name="nr", **kw))["spec"]["mpiReplicaSpecs"]["Launcher"]
+        return jobs.mpijob(jobs.MPIJob(name="nr", **kw))["spec"]["mpiReplicaSpecs"]["Launcher"]
 
     assert launcher()["restartPolicy"] == "Never"
     assert "restartPolicy" not in launcher(launcher_restart_policy=None)
     # On the replica spec, where mpi-operator reads it (it overrides the pod template's).
     assert launcher(launcher_restart_policy="Never")["restartPolicy"] == "Never"
     assert "restartPolicy" not in launcher(launcher_restart_policy="Never")["template"]["spec"]
-    worker = jobs.mpijob(jobs.MPIJobSpec(name="nr", launcher_restart_policy="Never"))["spec"]["mpiReplicaSpecs"]
+    worker = jobs.mpijob(jobs.MPIJob(name="nr", launcher_restart_policy="Never"))["spec"]["mpiReplicaSpecs"]
     assert "restartPolicy" not in worker["Worker"]
     with pytest.raises(jobs.JobSpecError, match=r"launcher_restart_policy is 'Always'; allowed: Never, OnFailure"):
         launcher(launcher_restart_policy="Always")
@@ -255,11 +255,11 @@ def test_the_launcher_creation_policy_is_the_builders_choice_with_wait_for_worke
     """WaitForWorkersReady by default: mpi-operator creates the launcher only once every worker is Ready (the
     workers' readinessProbe is their sshd), so mpirun never races a worker that is not up."""
     def policy(**kw) -> str:
-        return jobs.mpijob(jobs.MPIJobSpec(name="lc", **kw))["spec"]["launcherCreationPolicy"]
+        return jobs.mpijob(jobs.MPIJob(name="lc", **kw))["spec"]["launcherCreationPolicy"]
 
     assert policy() == "WaitForWorkersReady"
     assert policy(launcher_creation_policy="AtStartup") == "AtStartup"
-    worker = jobs.mpijob(jobs.MPIJobSpec(name="lc"))["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker = jobs.mpijob(jobs.MPIJob(name="lc"))["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     assert worker["containers"][0]["readinessProbe"]["tcpSocket"]["port"] == jobs.SSH_PORT
     with pytest.raises(jobs.JobSpecError, match=r"launcher_creation_policy is 'Later'; allowed: WaitForWorkersReady, "
                                                 r"AtStartup"):

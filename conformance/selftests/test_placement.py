@@ -61,7 +61,7 @@ def test_placement_copies_what_it_is_given():
 
 def test_the_placement_reaches_every_pod_of_an_mpijob_and_of_a_plain_pod():
     p = placement(real=False, kwok_nodes=True, node_selector={"pool": "gpu"})
-    job = jobs.mpijob(jobs.MPIJobSpec(name="pi", **p))
+    job = jobs.mpijob(jobs.MPIJob(name="pi", **p))
     for replica in ("Launcher", "Worker"):
         spec = job["spec"]["mpiReplicaSpecs"][replica]["template"]["spec"]
         assert spec["nodeSelector"] == {"pool": "gpu", "type": "kwok"}, replica
@@ -72,7 +72,7 @@ def test_the_placement_reaches_every_pod_of_an_mpijob_and_of_a_plain_pod():
 
 def test_a_trainjob_places_its_runtime_jobs_through_one_runtime_patch():
     p = placement(real=False, kwok_nodes=True, node_selector={"pool": "gpu"})
-    body = jobs.trainjob(jobs.TrainJobSpec(name="ds", **p))["spec"]
+    body = jobs.trainjob(jobs.TrainJob(name="ds", **p))["spec"]
     [patch] = body["runtimePatches"]
     assert patch["manager"] == "mpiplat.io/placement"
     replicated = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
@@ -81,9 +81,9 @@ def test_a_trainjob_places_its_runtime_jobs_through_one_runtime_patch():
         assert r["template"]["spec"]["template"]["spec"] == {"nodeSelector": {"pool": "gpu", "type": "kwok"},
                                                              "tolerations": [jobs.KWOK_TOLERATION]}
     # No placement: no patch (Kueue adds its own entry on admission).
-    assert "runtimePatches" not in jobs.trainjob(jobs.TrainJobSpec(name="ds"))["spec"]
+    assert "runtimePatches" not in jobs.trainjob(jobs.TrainJob(name="ds"))["spec"]
     with pytest.raises(jobs.JobSpecError, match=r"placed_jobs is \[\]; allowed: the names of the runtime's"):
-        jobs.trainjob(jobs.TrainJobSpec(name="ds", placed_jobs=[], **p))
+        jobs.trainjob(jobs.TrainJob(name="ds", placed_jobs=[], **p))
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="needs the go command to fetch the pinned Trainer module")
@@ -93,7 +93,7 @@ def test_the_trainjob_runtime_patch_fits_the_pinned_trainer_api(runtime_pod_spec
     root = module_dir(load()["trainer"])
     crd = yaml.safe_load((root / "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml").read_text())
     [version] = [v for v in crd["spec"]["versions"] if v["name"] == jobs.TRAINJOB_API.split("/")[1]]
-    spec = jobs.TrainJobSpec(name="ds", **placement(real=False, kwok_nodes=True))
+    spec = jobs.TrainJob(name="ds", **placement(real=False, kwok_nodes=True))
     manifest = jobs.trainjob(spec)
     schema = version["schema"]["openAPIV3Schema"]
     jsonschema.validate(manifest, schema)
@@ -109,7 +109,7 @@ def test_suite_tests_build_their_jobs_and_pods_through_the_placement_fixtures():
     fixtures, and the pods they make themselves carry placement.pod_spec."""
     for path in SUITE.glob("test_*.py"):
         text = path.read_text()
-        assert not re.search(r"jobs\.(MPIJobSpec|TrainJobSpec)\(", text), f"{path.name} builds a spec itself"
+        assert not re.search(r"jobs\.(MPIJob|TrainJob)\(", text), f"{path.name} builds a spec itself"
         for call in re.finditer(r"create_namespaced_pod\(", text):
             body = text[call.end():call.end() + 600]
             assert "pod_spec(" in body, f"{path.name}: a pod without the suite's placement"

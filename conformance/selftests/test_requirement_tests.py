@@ -50,12 +50,12 @@ def test_borrowing_fair_sharing_and_priority_preemption_are_rows_of_their_own():
 
 def test_a_job_may_leave_the_token_to_the_clusters_policy():
     """ISO-02 submits a job that does not set automountServiceAccountToken; every other job turns it off."""
-    def templates(spec: jobs.MPIJobSpec) -> list[dict]:
+    def templates(spec: jobs.MPIJob) -> list[dict]:
         return [r["template"]["spec"] for r in jobs.mpijob(spec)["spec"]["mpiReplicaSpecs"].values()]
 
-    assert all(t["automountServiceAccountToken"] is False for t in templates(jobs.MPIJobSpec(name="a")))
+    assert all(t["automountServiceAccountToken"] is False for t in templates(jobs.MPIJob(name="a")))
     assert all("automountServiceAccountToken" not in t
-               for t in templates(jobs.MPIJobSpec(name="a", automount_service_account_token=None)))
+               for t in templates(jobs.MPIJob(name="a", automount_service_account_token=None)))
 
 
 def _kueue_config(**overrides) -> dict:

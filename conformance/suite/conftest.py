@@ -176,30 +176,30 @@ def place(pytestconfig, settings, capabilities):
 
 @pytest.fixture(scope="session")
 def mpijob_spec(settings, place):
-    """mpijob_spec(name, namespace, *, real=False, implementation="OpenMPI", **kw) -> jobs.MPIJobSpec:
+    """mpijob_spec(name, namespace, *, real=False, implementation="OpenMPI", **kw) -> jobs.MPIJob:
     how every suite test builds its MPIJobs. Image settings.images[implementation] and gpu_resource
     from the settings (unless given), placement from `place` (real=True: the job runs real pods and
     checks them; False: it relies on simulated behaviour, or needs more than real nodes may offer)."""
 
     def _spec(name: str, namespace: str, *, real: bool = False, implementation: str = "OpenMPI",
               node_selector: dict[str, str] | None = None, tolerations: list[dict] | tuple = (),
-              **kw) -> jobs.MPIJobSpec:
+              **kw) -> jobs.MPIJob:
         kw.setdefault("image", settings.images[implementation])
         kw.setdefault("gpu_resource", settings.gpu_resource)
-        return jobs.MPIJobSpec(name=name, namespace=namespace, implementation=implementation,
-                               **place(real=real, node_selector=node_selector, tolerations=tolerations), **kw)
+        return jobs.MPIJob(name=name, namespace=namespace, implementation=implementation,
+                           **place(real=real, node_selector=node_selector, tolerations=tolerations), **kw)
 
     return _spec
 
 
 @pytest.fixture(scope="session")
 def trainjob_spec(place):
-    """trainjob_spec(name, namespace, *, real=False, **kw) -> jobs.TrainJobSpec, placed like mpijob_spec."""
+    """trainjob_spec(name, namespace, *, real=False, **kw) -> jobs.TrainJob, placed like mpijob_spec."""
 
     def _spec(name: str, namespace: str, *, real: bool = False, node_selector: dict[str, str] | None = None,
-              tolerations: list[dict] | tuple = (), **kw) -> jobs.TrainJobSpec:
-        return jobs.TrainJobSpec(name=name, namespace=namespace,
-                                 **place(real=real, node_selector=node_selector, tolerations=tolerations), **kw)
+              tolerations: list[dict] | tuple = (), **kw) -> jobs.TrainJob:
+        return jobs.TrainJob(name=name, namespace=namespace,
+                             **place(real=real, node_selector=node_selector, tolerations=tolerations), **kw)
 
     return _spec
 

@@ -17,6 +17,7 @@ from mpiplat.conformance.watch import (
     all_running,
     condition_times,
     pull_failure,
+    submit_job,
     wait_pods,
     waited,
 )
@@ -61,7 +62,7 @@ def _rank_killed_for_real(kube, run, settings, mpijob_spec, request) -> None:
     # One slot per worker: rank 1 is worker 1's only rank. It dies 5 s after every rank started.
     spec = mpijob_spec("killed", ns, real=True, workers=2, workload="allreduce",
                        workload_args=["--kill-rank", "1", "--kill-after", "5"])
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     launcher = wait_pods(kube, ns, f"{JOB_LABEL}=killed,{ROLE_LABEL}=launcher", all_running(1), timeout=180)[0]
     # Death is timed when the rank's last line (printed just before it dies) reaches the test through
     # mpirun and the launcher's log, on the test's own clock as Failed is: a little after the death (the
@@ -88,7 +89,7 @@ def _oom_injected(kube, run, settings, mpijob_spec, request) -> None:
     launcher then exits non-zero a moment later."""
     ns = run.namespace()
     spec = mpijob_spec("oom", ns, workers=3, launcher_annotations={jobs.COMPLETE_AFTER: "120s"})
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     workers = wait_pods(kube, ns, f"{JOB_LABEL}=oom,{ROLE_LABEL}=worker", all_running(3), timeout=120)
     launcher = wait_pods(kube, ns, f"{JOB_LABEL}=oom,{ROLE_LABEL}=launcher", all_running(1), timeout=60)[0]
     victim = next(p for p in workers if p.metadata.labels.get("training.kubeflow.org/replica-index") == "1")
@@ -121,7 +122,7 @@ def test_bad_image_holds_the_job_before_training_with_a_pull_reason(kube, run, s
     created: no rank starts training on a partial set of workers. The diagnosis names the pull error."""
     ns = run.namespace()
     spec = mpijob_spec("badimage", ns, real=True, workers=2, image="registry.invalid/mpiplat/no-such-image:0")
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     wait_pods(kube, ns, f"{JOB_LABEL}=badimage,{ROLE_LABEL}=worker", pull_failure, timeout=180)
     launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=badimage,{ROLE_LABEL}=launcher")
     assert launchers.items == [], "a launcher started although the workers cannot pull their image"
@@ -161,7 +162,7 @@ def test_blocked_mpi_traffic_fails_the_job_and_is_diagnosed(kube, run, settings,
     client.NetworkingV1Api(kube.api_client).create_namespaced_network_policy(ns, policy)
     spec = mpijob_spec("blocked", ns, real=True, workers=2, workload="allreduce")
     start = time.monotonic()
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     try:
         seen = condition_times(kube, MPIJOB, "blocked", ns, until=("Failed", "Succeeded"),
                                timeout=BLOCKED_TO_FAILED_S, start=start)

@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance.placement import pod_spec
-from mpiplat.conformance.watch import deadline, waited
+from mpiplat.conformance.watch import deadline, submit_job, waited
 from mpiplat.kube import MPIJOB
 
 QUOTA_LABEL = {"mpiplat.io/gpu-quota": "true"}  # guardrails_quota_selector's default
@@ -93,7 +93,7 @@ def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, 
     assert "Requested 6 GPUs (3 workers x 2 GPUs); namespace quota 8, used 4, available 4" in message, message
     assert elapsed < settings.thresholds["quota_rejection_s"]
     assert kube.core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-name=greedy").items == []
-    kube.create(MPIJOB, _job(mpijob_spec, "modest", ns, workers=2, gpus_per_worker=2,
+    submit_job(kube, _job(mpijob_spec, "modest", ns, workers=2, gpus_per_worker=2,
                              launcher_annotations={jobs.COMPLETE_AFTER: "2s"}))  # 4 fit: admitted
 
 

@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance.placement import Placement, pod_spec
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, deadline, wait_pods, waited
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, deadline, submit_job, wait_pods, waited
 from mpiplat.kube import MPIJOB, label_selector
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -212,7 +212,7 @@ def test_team_network_policies_deny_other_namespaces_and_allow_the_job(kube, run
     net = client.NetworkingV1Api(kube.api_client)
     ns = _namespace_with_team_policies(kube, run, settings)
     spec = mpijob_spec("np", ns, workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=np", all_running(3), timeout=120)
     workers = {p.metadata.name for p in pods if p.metadata.labels.get(ROLE_LABEL) == "worker"}
     launcher = {p.metadata.name for p in pods} - workers
@@ -306,7 +306,7 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
     image = settings.images["OpenMPI"]
     spec = mpijob_spec("np", ns, real=True, workers=2, image=image,
                        command=["sh", "-c", "echo rank on $(hostname); exec sleep 600"])
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=np,{ROLE_LABEL}=worker", all_running(2), timeout=300)
     ip = pods[0].status.pod_ip
     _wait_ranks_report(kube, ns, "np", {p.metadata.name for p in pods}, timeout=jobs.LAUNCHER_SSH_WAIT_S + 60)

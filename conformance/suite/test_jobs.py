@@ -22,6 +22,7 @@ from mpiplat.conformance.watch import (
     pull_failure,
     run_workload_job,
     submit,
+    submit_job,
     wait_pods,
     wait_workload_job,
     waited,
@@ -51,7 +52,7 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, cap
                        # Sizes a small node runs in seconds even with 6 busy-polling ranks on 2 cores.
                        workload_args=["--counts", "1,1000,16384"])
     start = time.monotonic()
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     if capabilities.pod_network:  # a worker that cannot pull its image holds the job: say so at once
         pods = wait_pods(kube, ns, f"{JOB_LABEL}=hello", lambda ps: pull_failure(ps) or any(
             p.metadata.labels.get(ROLE_LABEL) == "launcher" for p in ps), timeout=300)
@@ -178,8 +179,8 @@ def test_worker_counts_and_slots_are_honoured(kube, run, settings, mpijob_spec, 
     workers = int(settings.thresholds[f"{bound}_workers"])
     ns = run.namespace()
     name = f"w{workers}"
-    kube.create(MPIJOB, jobs.mpijob(mpijob_spec(name, ns, workers=workers, slots_per_worker=3, cpu="10m",
-                                                memory="16Mi", launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
+    submit_job(kube, mpijob_spec(name, ns, workers=workers, slots_per_worker=3, cpu="10m",
+                                                memory="16Mi", launcher_annotations={jobs.COMPLETE_AFTER: "60s"}))
     try:
         pods = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker", lambda ps: len(ps) >= workers,
                          timeout=300)
@@ -221,8 +222,8 @@ def test_deleting_a_job_removes_everything_it_created(kube, run, mpijob_spec):
     whose operator sets no owner references, or whose garbage collector or pod deletion does not finish
     (e.g. pods stuck terminating on a node that does not answer)."""
     ns = run.namespace()
-    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("gone", ns, workers=2,
-                                                launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
+    submit_job(kube, mpijob_spec("gone", ns, workers=2,
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "60s"}))
     wait_pods(kube, ns, f"{JOB_LABEL}=gone", all_running(3), timeout=120)  # 2 workers + launcher
     reads = {
         "MPIJob": lambda: kube.get(MPIJOB, "gone", ns),
@@ -255,8 +256,8 @@ def test_deleting_a_job_removes_everything_it_created(kube, run, mpijob_spec):
 def test_ssh_key_material_is_unique_per_job(kube, run, mpijob_spec):
     ns = run.namespace()
     for name in ("a", "b"):
-        kube.create(MPIJOB, jobs.mpijob(mpijob_spec(f"key-{name}", ns, workers=2,
-                                                    launcher_annotations={jobs.COMPLETE_AFTER: "60s"})))
+        submit_job(kube, mpijob_spec(f"key-{name}", ns, workers=2,
+                                                    launcher_annotations={jobs.COMPLETE_AFTER: "60s"}))
     keys = {}
     until = deadline(60)
     while len(keys) < 2 and time.monotonic() < until:
@@ -274,8 +275,8 @@ def test_ssh_key_material_is_unique_per_job(kube, run, mpijob_spec):
 @pytest.mark.requirement("JOB-09")
 def test_suspended_job_has_no_pods_and_resumes_to_completion(kube, run, mpijob_spec):
     ns = run.namespace()
-    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("later", ns, workers=2, suspend=True,
-                                                launcher_annotations={jobs.COMPLETE_AFTER: "3s"})))
+    submit_job(kube, mpijob_spec("later", ns, workers=2, suspend=True,
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "3s"}))
     condition_times(kube, MPIJOB, "later", ns, until=("Suspended",), timeout=60)
     time.sleep(3)  # give the operator time to (wrongly) create pods
     assert kube.core.list_namespaced_pod(ns).items == []
@@ -315,8 +316,8 @@ def test_no_launcher_exists_until_every_worker_is_ready(kube, run, capabilities,
     than the last worker became Ready. Fails on an operator that creates the launcher at startup (AtStartup, or
     a version without the policy), or that ignores worker readiness."""
     ns = run.namespace()
-    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("held", ns, workers=2,
-                                                node_selector={"mpiplat.io/no-such-node": "true"})))
+    submit_job(kube, mpijob_spec("held", ns, workers=2,
+                                                node_selector={"mpiplat.io/no-such-node": "true"}))
     wait_pods(kube, ns, f"{JOB_LABEL}=held,{ROLE_LABEL}=worker", lambda ps: len(ps) >= 2, timeout=60)
     time.sleep(3)  # give the operator time to (wrongly) create the launcher
     launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=held,{ROLE_LABEL}=launcher").items
@@ -324,8 +325,8 @@ def test_no_launcher_exists_until_every_worker_is_ready(kube, run, capabilities,
     pods = [p.metadata.name for p in launchers]
     assert not launchers and not jobs_made, (f"a launcher exists (Jobs {jobs_made}, pods {pods}) although no worker "
                                              "is Ready: launcherCreationPolicy WaitForWorkersReady is not honoured")
-    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("ready", ns, real=capabilities.pod_network, workers=2,
-                                                launcher_annotations={jobs.COMPLETE_AFTER: "5s"})))
+    submit_job(kube, mpijob_spec("ready", ns, real=capabilities.pod_network, workers=2,
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "5s"}))
     [launcher] = wait_pods(kube, ns, f"{JOB_LABEL}=ready,{ROLE_LABEL}=launcher", lambda ps: len(ps) >= 1,
                            timeout=120)[:1]
     created = kube.batch.read_namespaced_job("ready-launcher", ns).metadata.creation_timestamp
@@ -362,7 +363,7 @@ def test_non_root_mpijob_runs_every_rank_as_uid_1000_on_its_own_worker(kube, run
                        workload_args=["--expect-uid", str(NON_ROOT_UID), "--min-hosts", "2"],
                        launcher_restart_policy="Never")  # a failed launcher keeps its log for the report
     start = time.monotonic()
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     running = all_running(2)
     try:  # until both workers run, one has failed (e.g. its non-root sshd found no host key) or cannot pull
         workers = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker",

@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from mpiplat import jobs
 from mpiplat.conformance import health
 from mpiplat.conformance.run import RUN_LABEL
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, condition_times, deadline, wait_pods, waited
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, condition_times, deadline, submit_job, wait_pods, waited
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import CLUSTERQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kind, condition, has_condition
 from mpiplat.queues import gpu_capacity
@@ -254,9 +254,9 @@ def test_gang_two_jobs_that_fit_alone_but_not_together(kube, run, settings, mpij
         pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} GPUs available; needs 2 or more idle")
     ns = run.namespace(team)
     try:
-        kube.create(MPIJOB, _job(mpijob_spec, "first", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
+        submit_job(kube, _job(mpijob_spec, "first", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "8s"}))
         condition_times(kube, MPIJOB, "first", ns, until=("Running",), timeout=120)
-        kube.create(MPIJOB, _job(mpijob_spec, "second", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "3s"}))
+        submit_job(kube, _job(mpijob_spec, "second", ns, size, launcher_annotations={jobs.COMPLETE_AFTER: "3s"}))
         wl = _workload(kube, ns, "second")
         time.sleep(3)
         wl = kube.get(WORKLOAD, wl["metadata"]["name"], ns)
@@ -283,9 +283,9 @@ def test_queued_job_is_admitted_when_quota_frees(kube, run, settings, mpijob_spe
         pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} GPUs available; needs {3 * lo - 2}")
     ns = run.namespace(team)
     try:
-        kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "hog", ns, hog, **_after("30s")))
+        submit_job(kube, _sized_job(mpijob_spec, settings, "hog", ns, hog, **_after("30s")))
         condition_times(kube, MPIJOB, "hog", ns, until=("Running",), timeout=ADMISSION_TIMEOUT_S)
-        kube.create(MPIJOB, _job(mpijob_spec, "next", ns, lo, gpus_per_worker=2, **_after("2s")))
+        submit_job(kube, _job(mpijob_spec, "next", ns, lo, gpus_per_worker=2, **_after("2s")))
         created = _ts(_workload(kube, ns, "next")["metadata"]["creationTimestamp"])
         admitted = _since(_admitted(kube, ns, "next", timeout=ADMISSION_TIMEOUT_S + 30,
                                     why=" after the first job finished"), "QuotaReserved")
@@ -326,7 +326,7 @@ def test_cohort_borrowing_between_two_teams(kube, run, settings, mpijob_spec):
     own = cap.nominal - cap.reserved
     size = max(own + 1, int(settings.thresholds["min_workers"]))  # one GPU more than its own quota has free
     try:
-        kube.create(MPIJOB, _job(mpijob_spec, "borrower", ns, size, **_after("10s")))
+        submit_job(kube, _job(mpijob_spec, "borrower", ns, size, **_after("10s")))
         _admitted(kube, ns, "borrower", why=f" ({size} GPUs; its own quota has {own} free)")
         until = deadline(15)  # the ClusterQueue's status follows the admission within a moment
         while (held := _cq_gpus(kube, team.cluster_queue, settings.gpu_resource))["borrowed"] < size - own \
@@ -374,7 +374,7 @@ def test_fair_sharing_lets_the_team_that_borrows_less_preempt_the_one_that_borro
                     f"{cap_b.borrow_ceiling} (weight {w_b:g}): too little to show fair sharing")
     ns_a, ns_b = run.namespace(a), run.namespace(b)
     try:
-        kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "greedy", ns_a, cap_a.nominal + lend, **_after(LONG)))
+        submit_job(kube, _sized_job(mpijob_spec, settings, "greedy", ns_a, cap_a.nominal + lend, **_after(LONG)))
         greedy = _admitted(kube, ns_a, "greedy")["metadata"]["name"]
         until = deadline(15)  # the ClusterQueue's status follows the admission within a moment
         while True:
@@ -386,7 +386,7 @@ def test_fair_sharing_lets_the_team_that_borrows_less_preempt_the_one_that_borro
         if (before.get("status") or {}).get("fairSharing") is None:
             pytest.fail(f"ClusterQueue {a.cluster_queue} reports no status.fairSharing while team {a.name} borrows "
                         f"{lend} GPUs: Kueue's fairSharing is not enabled, so no job is preempted by fair share")
-        kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "modest", ns_b, cap_b.nominal + 1, **_after("5s")))
+        submit_job(kube, _sized_job(mpijob_spec, settings, "modest", ns_b, cap_b.nominal + 1, **_after("5s")))
         why = (f": team {a.name} borrows {lend} GPUs, team {b.name}'s job would borrow 1, yet Kueue did not preempt "
                f"by fair share; ClusterQueue {a.cluster_queue} status.fairSharing: {_share(before)}")
         _admitted(kube, ns_b, "modest", why=why)
@@ -429,15 +429,15 @@ def test_priority_preemption_within_a_queue(kube, run, settings, mpijob_spec, re
                                                   "metadata": {"name": name, "labels": {RUN_LABEL: run.id}},
                                                   "value": value, "description": "mpiplat conformance SCH-08"})
         low, high = ({PRIORITY_LABEL: classes[k][0]} for k in ("low", "high"))
-        kube.create(MPIJOB, _sized_job(mpijob_spec, settings, "bulk", ns, cap.available, labels=low, **_after(LONG)))
+        submit_job(kube, _sized_job(mpijob_spec, settings, "bulk", ns, cap.available, labels=low, **_after(LONG)))
         bulk = _admitted(kube, ns, "bulk")["metadata"]["name"]
-        kube.create(MPIJOB, _job(mpijob_spec, "peer", ns, lo, labels=low, **_after("5s")))
+        submit_job(kube, _job(mpijob_spec, "peer", ns, lo, labels=low, **_after("5s")))
         peer = _workload(kube, ns, "peer")["metadata"]["name"]
         time.sleep(5)  # Kueue's scheduler tries a pending workload within a second or two
         assert not has_condition(kube.get(WORKLOAD, bulk, ns), "Preempted"), \
             "a job of the same priority preempted the running one"
         assert not has_condition(kube.get(WORKLOAD, peer, ns), "QuotaReserved"), "the queue admitted more than it holds"
-        kube.create(MPIJOB, _job(mpijob_spec, "urgent", ns, lo, labels=high, **_after("5s")))
+        submit_job(kube, _job(mpijob_spec, "urgent", ns, lo, labels=high, **_after("5s")))
         policy = kube.get(CLUSTERQUEUE, team.cluster_queue)["spec"].get("preemption")
         urgent = _admitted(kube, ns, "urgent", why=f": the high-priority job did not preempt the low-priority one "
                                                    f"(ClusterQueue {team.cluster_queue} preemption: {policy})")
@@ -467,7 +467,7 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
     timeout = waited(settings.thresholds["pods_ready_timeout_s"])
     try:
         # The settings' selector plus one that no node matches: admitted, never schedulable.
-        kube.create(MPIJOB, _job(mpijob_spec, "stuck", ns, 2, node_selector={"mpiplat.io/no-such-node": "true"}))
+        submit_job(kube, _job(mpijob_spec, "stuck", ns, 2, node_selector={"mpiplat.io/no-such-node": "true"}))
         name = _admitted(kube, ns, "stuck")["metadata"]["name"]
         start = time.monotonic()
         first = wait_pods(kube, ns, f"{JOB_LABEL}=stuck,{ROLE_LABEL}=worker", lambda pods: len(pods) >= 2, timeout=60)
@@ -505,7 +505,7 @@ def test_job_larger_than_the_cluster_waits_with_a_clear_message(kube, run, setti
     cap = _capacity(kube, settings, team.cluster_queue)
     ns = run.namespace(team)
     needs = cap.nominal + cap.borrowable + 8
-    kube.create(MPIJOB, _job(mpijob_spec, "huge", ns, needs))
+    submit_job(kube, _job(mpijob_spec, "huge", ns, needs))
     wl = _workload(kube, ns, "huge")
     time.sleep(3)
     assert not has_condition(kube.get(WORKLOAD, wl["metadata"]["name"], ns), "QuotaReserved")

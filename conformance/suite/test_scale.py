@@ -7,7 +7,16 @@ import time
 import pytest
 
 from mpiplat import jobs
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, condition_times, percentile, submit, wait_pods
+from mpiplat.conformance.watch import (
+    JOB_LABEL,
+    ROLE_LABEL,
+    all_running,
+    condition_times,
+    percentile,
+    submit,
+    submit_job,
+    wait_pods,
+)
 from mpiplat.kube import MPIJOB, has_condition
 
 
@@ -41,8 +50,8 @@ def test_one_hundred_worker_mpijob_runs(kube, run, settings, mpijob_spec):
     workers = int(settings.thresholds["scale_workers"])
     ns = run.namespace()
     start = time.monotonic()
-    kube.create(MPIJOB, jobs.mpijob(mpijob_spec("big", ns, workers=workers, cpu="10m", memory="16Mi",
-                                                launcher_annotations={jobs.COMPLETE_AFTER: "10s"})))
+    submit_job(kube, mpijob_spec("big", ns, workers=workers, cpu="10m", memory="16Mi",
+                                                launcher_annotations={jobs.COMPLETE_AFTER: "10s"}))
     wait_pods(kube, ns, f"{JOB_LABEL}=big,{ROLE_LABEL}=worker", all_running(workers), timeout=300)
     to_running = time.monotonic() - start
     hostfile = kube.core.read_namespaced_config_map("big-config", ns).data["hostfile"].splitlines()

@@ -8,8 +8,7 @@ import pytest
 
 from mpiplat import jobs
 from mpiplat.conformance import capabilities as caps
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, wait_pods
-from mpiplat.kube import MPIJOB
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, submit_job, wait_pods
 
 WORKERS = 4  # one GPU each
 # Node labels a GPU selector may use, most meaningful first; the node's own name is the last resort.
@@ -60,7 +59,7 @@ def test_workers_land_only_on_nodes_matching_the_gpu_selector(kube, run, setting
     ns = run.namespace()
     spec = mpijob_spec("placed", ns, workers=WORKERS, gpus_per_worker=1, node_selector=selector,
                        launcher_annotations={jobs.COMPLETE_AFTER: "60s"})
-    kube.create(MPIJOB, jobs.mpijob(spec))
+    submit_job(kube, spec)
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=placed,{ROLE_LABEL}=worker", all_running(WORKERS), timeout=120)
     elsewhere = [(p.metadata.name, p.spec.node_name) for p in pods if p.spec.node_name not in matching]
     assert not elsewhere, f"workers outside the nodes matching {selector} ({sorted(matching)}): {elsewhere}"
@@ -92,8 +91,8 @@ def test_workers_land_on_tainted_gpu_nodes_only_with_a_toleration(kube, run, set
     assert any(caps.tolerates([t], taint) for t in tolerating.tolerations), (tolerating.tolerations, taint)
     intolerant = dataclasses.replace(tolerating, name="intolerant",
                                      tolerations=[t for t in tolerating.tolerations if not caps.tolerates([t], taint)])
-    kube.create(MPIJOB, jobs.mpijob(tolerating))
-    kube.create(MPIJOB, jobs.mpijob(intolerant))
+    submit_job(kube, tolerating)
+    submit_job(kube, intolerant)
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=tolerant,{ROLE_LABEL}=worker", all_running(2), timeout=120)
     assert {p.spec.node_name for p in pods} == {name}, [(p.metadata.name, p.spec.node_name) for p in pods]
 

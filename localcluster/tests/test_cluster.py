@@ -48,8 +48,8 @@ def _wait_gone(fn, timeout: float) -> None:
 
 
 def test_openmpi_mpijob_lifecycle_hostfile_and_ssh_secret(kube, namespace):
-    spec = jobs.MPIJobSpec(name="pi", namespace=namespace, workers=2,
-                           launcher_annotations={jobs.COMPLETE_AFTER: "4s"}, **_simulated())
+    spec = jobs.MPIJob(name="pi", namespace=namespace, workers=2,
+                       launcher_annotations={jobs.COMPLETE_AFTER: "4s"}, **_simulated())
     kube.create(MPIJOB, jobs.mpijob(spec))
     seen: list[str] = []
 
@@ -73,8 +73,8 @@ def test_openmpi_mpijob_lifecycle_hostfile_and_ssh_secret(kube, namespace):
 
 
 def test_trainjob_on_mpi_runtime_completes_through_trainer_and_jobset(kube, namespace):
-    kube.create(TRAINJOB, jobs.trainjob(jobs.TrainJobSpec(name="ds", namespace=namespace, num_nodes=2,
-                                                          **_simulated())))
+    kube.create(TRAINJOB, jobs.trainjob(jobs.TrainJob(name="ds", namespace=namespace, num_nodes=2,
+                                                      **_simulated())))
     done = kube.wait_for(TRAINJOB, "ds", namespace,
                          lambda o: has_condition(o, "Complete") or has_condition(o, "Failed"),
                          timeout=120, what="Complete")
@@ -103,8 +103,8 @@ def test_kueue_keeps_job_suspended_without_pods_until_admitted(kube, namespace):
         kube.create(LOCALQUEUE, {"apiVersion": LOCALQUEUE.api_version, "kind": "LocalQueue",
                                  "metadata": {"name": "lq", "namespace": namespace},
                                  "spec": {"clusterQueue": cq}})
-        spec = jobs.MPIJobSpec(name="queued", namespace=namespace, workers=2, gpus_per_worker=1, queue="lq",
-                               **_simulated())
+        spec = jobs.MPIJob(name="queued", namespace=namespace, workers=2, gpus_per_worker=1, queue="lq",
+                           **_simulated())
         created = kube.create(MPIJOB, jobs.mpijob(spec))
         assert created["spec"]["runPolicy"]["suspend"] is True  # set by kueue's webhook
 
@@ -134,7 +134,7 @@ def test_kueue_keeps_job_suspended_without_pods_until_admitted(kube, namespace):
 
 
 def test_failure_injection_sets_reason_and_exit_code(kube, namespace):
-    spec = jobs.MPIJobSpec(
+    spec = jobs.MPIJob(
         name="oom", namespace=namespace, workers=2,
         launcher_annotations={jobs.COMPLETE_AFTER: "60s"},
         worker_labels={jobs.FAIL_LABEL: "true"},

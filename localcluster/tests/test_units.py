@@ -63,8 +63,8 @@ def test_bad_node_pools_are_rejected(tmp_path, pool, message):
 
 
 def test_mpijob_builder_wires_workers_slots_queue_and_gpus():
-    job = jobs.mpijob(jobs.MPIJobSpec(name="pi", namespace="ns", workers=3, slots_per_worker=2,
-                                      gpus_per_worker=1, queue="team-a"))
+    job = jobs.mpijob(jobs.MPIJob(name="pi", namespace="ns", workers=3, slots_per_worker=2,
+                                  gpus_per_worker=1, queue="team-a"))
     assert job["metadata"]["labels"][jobs.QUEUE_LABEL] == "team-a"
     spec = job["spec"]
     assert spec["slotsPerWorker"] == 2
@@ -82,7 +82,7 @@ def test_mpijob_builder_wires_workers_slots_queue_and_gpus():
 ])
 def test_mpijob_builder_rejects_bad_input(kwargs, message):
     with pytest.raises(jobs.JobSpecError, match=message):
-        jobs.mpijob(jobs.MPIJobSpec(**kwargs))
+        jobs.mpijob(jobs.MPIJob(**kwargs))
 
 
 def test_build_is_skipped_when_cached(tmp_path, monkeypatch, capsys):
@@ -104,8 +104,8 @@ def test_build_rejects_unknown_component():
 
 
 def test_workload_jobs_mount_the_programs_and_run_them_under_mpirun():
-    job = jobs.mpijob(jobs.MPIJobSpec(name="ar", implementation="MPICH", workers=2, slots_per_worker=2,
-                                      workload="allreduce", workload_args=["--count", "8"]))
+    job = jobs.mpijob(jobs.MPIJob(name="ar", implementation="MPICH", workers=2, slots_per_worker=2,
+                                  workload="allreduce", workload_args=["--count", "8"]))
     replicas = job["spec"]["mpiReplicaSpecs"]
     launcher = replicas["Launcher"]["template"]["spec"]
     assert launcher["containers"][0]["command"][4:] == ["mpirun", "-n", "4", "-ppn", "2", "python3",
@@ -118,13 +118,13 @@ def test_workload_jobs_mount_the_programs_and_run_them_under_mpirun():
     assert set(cm["data"]) == {"allreduce.py", "pingpong.py", "pi.py", "checkpoint.py", "torchbench.py", "whoami.py"}
     assert "MPIPLAT_RESULT" in cm["data"]["allreduce.py"]
     with pytest.raises(jobs.JobSpecError, match="workload 'no/pe' is invalid; allowed: a program name"):
-        jobs.mpijob(jobs.MPIJobSpec(name="x", workload="no/pe"))
+        jobs.mpijob(jobs.MPIJob(name="x", workload="no/pe"))
     with pytest.raises(ValueError, match="unknown workload program 'nope'; allowed: allreduce"):
         workloads.program_path("nope")
 
 
 def test_a_pvc_is_mounted_in_the_launcher_and_every_worker():
-    job = jobs.mpijob(jobs.MPIJobSpec(name="ck", workload="checkpoint", pvc="ckpt", pvc_mount_path="/ckpt"))
+    job = jobs.mpijob(jobs.MPIJob(name="ck", workload="checkpoint", pvc="ckpt", pvc_mount_path="/ckpt"))
     for role in ("Launcher", "Worker"):
         pod = job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
         assert {"name": "data", "persistentVolumeClaim": {"claimName": "ckpt"}} in pod["volumes"]

@@ -158,11 +158,11 @@ def admitted_eventually(kube: Kube, kind: Kind, obj: dict) -> None:
 
 def mpijob(ns: str, name: str = "train", **kw) -> dict:
     """A suspended MPIJob (no pods: nothing is scheduled and the namespace's GPU usage stays as set)."""
-    return jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, suspend=True, **kw))
+    return jobs.mpijob(jobs.MPIJob(name=name, namespace=ns, suspend=True, **kw))
 
 
 def trainjob(ns: str, name: str = "train", gpus_per_node: int = 0, **kw) -> dict:
-    obj = jobs.trainjob(jobs.TrainJobSpec(name=name, namespace=ns, suspend=True, **kw))
+    obj = jobs.trainjob(jobs.TrainJob(name=name, namespace=ns, suspend=True, **kw))
     if gpus_per_node:
         obj["spec"]["trainer"]["resourcesPerNode"] = {"limits": {jobs.GPU_RESOURCE: str(gpus_per_node)}}
     return obj

@@ -225,8 +225,8 @@ def _mpijob_and_bystander(kube, name: str):
     """A running MPIJob (2 workers, 1 GPU each, through the team's LocalQueue) and a plain pod, both on
     the KWOK nodes (simulated: the job's GPUs, the pods' images)."""
     simulated = placement(real=False, kwok_nodes=True)
-    spec = jobs.MPIJobSpec(name=name, namespace=ALPHA, workers=2, gpus_per_worker=1, queue=f"{ALPHA}-queue",
-                           launcher_annotations={jobs.COMPLETE_AFTER: "60s"}, **simulated)
+    spec = jobs.MPIJob(name=name, namespace=ALPHA, workers=2, gpus_per_worker=1, queue=f"{ALPHA}-queue",
+                       launcher_annotations={jobs.COMPLETE_AFTER: "60s"}, **simulated)
     kube.create(MPIJOB, jobs.mpijob(spec))
     kube.core.create_namespaced_pod(ALPHA, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tn-bystander", "labels": {"app": "notebook"}},

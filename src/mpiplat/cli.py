@@ -232,6 +232,10 @@ def parser() -> argparse.ArgumentParser:
     dg.add_argument("--json", action="store_true")
     dg.set_defaults(func=_diagnose, parser=dg)
 
+    from mpiplat import jobcli
+
+    jobcli.add_parser(sub)
+
     dm = sub.add_parser("demo", help="run an MPIJob and narrate it (on the local cluster: --local)")
     _cluster_access(dm, "use the local reference cluster (started if it is not up)")
     dm.set_defaults(func=_demo)
@@ -247,7 +251,11 @@ def _api_error(err: ApiException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mpiplat.jobcli import split_program
+
+    argv, program = split_program(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(argv)
+    args.program = program
     try:
         return args.func(args)
     except MpiplatError as err:

@@ -5,7 +5,10 @@ Tests, the demo and the conformance suite all call these functions.
 
 from __future__ import annotations
 
+import copy
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 
 from mpiplat.errors import MpiplatError
@@ -59,12 +62,14 @@ _LAUNCH = {
                "HYDRA_IFACE": "eth0"}),
 }
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Workload programs (e.g. the suite's conformance/workloads/*.py) reach the images through this
 # ConfigMap, which the caller creates (mpiplat.conformance.workloads.configmap).
 WORKLOADS_CONFIGMAP = "mpiplat-workloads"
 WORKLOADS_DIR = "/opt/mpiplat"
 WORKLOAD_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 LAUNCHER_CREATION_POLICIES = ("WaitForWorkersReady", "AtStartup")  # mpi-operator v0.8's MPIJobSpec
+CLEAN_POD_POLICIES = ("Running", "All", "None")  # runPolicy.cleanPodPolicy
 
 
 class JobSpecError(MpiplatError, ValueError):
@@ -72,9 +77,14 @@ class JobSpecError(MpiplatError, ValueError):
 
 
 @dataclass
-class MPIJobSpec:
+class MPIJob:
+    """An MPIJob (kubeflow.org/v2beta1): built from these fields (`manifest()`), or loaded from a manifest
+    (`from_manifest`, `from_yaml`), whose dump then is that manifest with the changed fields of MAPPED applied.
+
+    namespace None: the client's (the kubeconfig context's, like kubectl)."""
+
     name: str
-    namespace: str = "default"
+    namespace: str | None = None
     workers: int = 2
     slots_per_worker: int = 1
     implementation: str = "OpenMPI"
@@ -114,12 +124,188 @@ class MPIJobSpec:
     # When mpi-operator creates the launcher: WaitForWorkersReady (default) once every worker is Ready (its sshd
     # answers), so mpirun never races a worker that is not up; AtStartup with the workers (the operator's default).
     launcher_creation_policy: str = "WaitForWorkersReady"
+    # The manifest this job was loaded from (from_manifest), status included; None for a built job.
+    source: dict | None = field(default=None, repr=False, compare=False)
+
+    def manifest(self) -> dict:
+        """The MPIJob manifest: built (mpijob), or the loaded one with the changed MAPPED fields applied."""
+        if self.source is None:
+            return mpijob(self)
+        _check(self)
+        out = copy.deepcopy(self.source)
+        out.pop("status", None)
+        loaded = _mapped(self.source)
+        for name, (_, setter) in MAPPED.items():
+            value = getattr(self, name)
+            if value != loaded[name]:
+                setter(out, value, self)
+        return out
+
+    @classmethod
+    def from_manifest(cls, obj: dict) -> MPIJob:
+        """Load an MPIJob manifest (upstream v2beta1 YAML as a dict, or an object read from the API)."""
+        if not isinstance(obj, dict) or obj.get("kind") != "MPIJob" or obj.get("apiVersion") != MPIJOB_API:
+            found = f"{obj.get('apiVersion')} {obj.get('kind')}" if isinstance(obj, dict) else type(obj).__name__
+            raise JobSpecError(f"apiVersion/kind is {found!r}; allowed: {MPIJOB_API} MPIJob")
+        specs = (obj.get("spec") or {}).get("mpiReplicaSpecs") or {}
+        for role in ("Launcher", "Worker"):
+            if not _containers(obj, role):
+                raise JobSpecError(f"spec.mpiReplicaSpecs.{role}.template.spec.containers is "
+                                   f"{_containers(obj, role)!r}; allowed: a list of at least one container"
+                                   if role in specs else f"spec.mpiReplicaSpecs.{role} is missing; allowed: "
+                                   "a replica spec with a pod template")
+        job = cls(**_mapped(obj), source=copy.deepcopy(obj))
+        _check(job)
+        return job
+
+    @classmethod
+    def from_yaml(cls, text: str) -> MPIJob:
+        import yaml
+
+        try:
+            obj = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise JobSpecError(f"the YAML does not parse: {err}") from err
+        return cls.from_manifest(obj)
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.manifest(), sort_keys=False)
+
+    @property
+    def status(self) -> dict:
+        """The status the API server returned (jobs read from it); {} otherwise."""
+        return dict((self.source or {}).get("status") or {})
 
 
-def _check(spec: MPIJobSpec) -> None:
-    if not NAME_RE.match(spec.name):
+def _containers(obj: dict, role: str) -> list:
+    spec = ((obj.get("spec") or {}).get("mpiReplicaSpecs") or {}).get(role) or {}
+    return ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+
+
+def _set(obj: dict, path: tuple[str, ...], value) -> None:
+    for key in path[:-1]:
+        obj = obj.setdefault(key, {})
+    obj[path[-1]] = value
+
+
+def _path(*path: str):
+    """A getter and setter of one manifest field, with the value it has when absent."""
+    def get(obj: dict, default=None):
+        for key in path:
+            obj = (obj or {}).get(key) if isinstance(obj, dict) else None
+        return default if obj is None else obj
+    return get, lambda obj, value, _job: _set(obj, path, value)
+
+
+def _image(obj: dict, default=None):
+    return (_containers(obj, "Worker") or [{}])[0].get("image", default)
+
+
+def _set_image(obj: dict, value, _job) -> None:
+    for role in ("Launcher", "Worker"):
+        _containers(obj, role)[0]["image"] = value
+
+
+def _gpus(obj: dict, default=0, resource: str = GPU_RESOURCE):
+    limits = ((_containers(obj, "Worker") or [{}])[0].get("resources") or {}).get("limits") or {}
+    return int(str(limits.get(resource, default)))
+
+
+def _set_gpus(obj: dict, value, job) -> None:
+    resources = _containers(obj, "Worker")[0].setdefault("resources", {})
+    for kind in ("limits", "requests"):
+        if value:
+            resources.setdefault(kind, {})[job.gpu_resource] = str(value)
+        else:
+            (resources.get(kind) or {}).pop(job.gpu_resource, None)
+
+
+def _labels(obj: dict, default=None):
+    labels = dict((obj.get("metadata") or {}).get("labels") or {})
+    labels.pop(QUEUE_LABEL, None)
+    return labels
+
+
+def _set_labels(obj: dict, value, job) -> None:
+    queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    _set(obj, ("metadata", "labels"), {**value, **({QUEUE_LABEL: queue} if queue else {})})
+
+
+def _queue(obj: dict, default=None):
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL, default)
+
+
+def _set_queue(obj: dict, value, _job) -> None:
+    labels = obj.setdefault("metadata", {}).setdefault("labels", {})
+    if value:
+        labels[QUEUE_LABEL] = value
+    else:
+        labels.pop(QUEUE_LABEL, None)
+
+
+# The fields a loaded job maps to its manifest: getter(obj, default), setter(obj, value, job). The defaults
+# are the operator's for an absent field (launcherCreationPolicy: AtStartup).
+_RUN_POLICY = ("spec", "runPolicy")
+MAPPED = {
+    "name": _path("metadata", "name"),
+    "namespace": _path("metadata", "namespace"),
+    "labels": (_labels, _set_labels),
+    "queue": (_queue, _set_queue),
+    "workers": _path("spec", "mpiReplicaSpecs", "Worker", "replicas"),
+    "slots_per_worker": _path("spec", "slotsPerWorker"),
+    "implementation": _path("spec", "mpiImplementation"),
+    "launcher_creation_policy": _path("spec", "launcherCreationPolicy"),
+    "suspend": _path(*_RUN_POLICY, "suspend"),
+    "backoff_limit": _path(*_RUN_POLICY, "backoffLimit"),
+    "clean_pod_policy": _path(*_RUN_POLICY, "cleanPodPolicy"),
+    "image": (_image, _set_image),
+    "gpus_per_worker": (_gpus, _set_gpus),
+}
+_ABSENT = {"labels": {}, "workers": 1, "slots_per_worker": 1, "implementation": "OpenMPI",
+           "launcher_creation_policy": "AtStartup", "suspend": False, "backoff_limit": 6, "clean_pod_policy": "None",
+           "gpus_per_worker": 0}
+
+
+def _mapped(obj: dict) -> dict:
+    return {name: getter(obj, _ABSENT.get(name)) for name, (getter, _) in MAPPED.items()}
+
+
+def _type_ok(value, hint) -> bool:
+    """Whether `value` fits a field's type hint (the hints MPIJob uses: plain types, X | None, list[X],
+    dict[K, V])."""
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(_type_ok(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_type_ok(k, args[0]) and _type_ok(v, args[1])
+                                               for k, v in value.items())
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _check_types(spec) -> None:
+    for name, hint in typing.get_type_hints(type(spec)).items():
+        if name != "source" and not _type_ok(getattr(spec, name), hint):
+            shown = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+            raise JobSpecError(f"{name} is {getattr(spec, name)!r}; allowed: a value of type {shown}")
+
+
+def _check(spec: MPIJob) -> None:
+    _check_types(spec)
+    if not isinstance(spec.name, str) or not NAME_RE.match(spec.name):
         raise JobSpecError(f"name {spec.name!r} is invalid; allowed: a DNS-1035 label "
                            "(lower-case letters, digits, '-', starting with a letter, no dots)")
+    if spec.namespace is not None and not NAMESPACE_RE.match(spec.namespace):
+        raise JobSpecError(f"namespace {spec.namespace!r} is invalid; allowed: a DNS-1123 label, or None for the "
+                           "client's namespace")
     if spec.implementation not in IMPLEMENTATIONS:
         raise JobSpecError(f"implementation {spec.implementation!r} is unknown; "
                            f"allowed: {', '.join(IMPLEMENTATIONS)}")
@@ -135,6 +321,9 @@ def _check(spec: MPIJobSpec) -> None:
     if spec.launcher_creation_policy not in LAUNCHER_CREATION_POLICIES:
         raise JobSpecError(f"launcher_creation_policy is {spec.launcher_creation_policy!r}; allowed: "
                            f"{', '.join(LAUNCHER_CREATION_POLICIES)}")
+    if spec.clean_pod_policy not in CLEAN_POD_POLICIES:
+        raise JobSpecError(f"clean_pod_policy is {spec.clean_pod_policy!r}; allowed: "
+                           f"{', '.join(CLEAN_POD_POLICIES)}")
     if spec.launcher_restart_policy not in (None, "Never", "OnFailure"):
         raise JobSpecError(f"launcher_restart_policy is {spec.launcher_restart_policy!r}; allowed: Never, OnFailure "
                            "or None (the operator's default)")
@@ -176,7 +365,7 @@ def launcher_command(implementation: str, np: int, slots: int, program: list[str
     return ["sh", "-c", wait, "mpiplat-launcher", *[a.format(np=np, slots=slots) for a in argv], *program]
 
 
-def mpijob(spec: MPIJobSpec) -> dict:
+def mpijob(spec: MPIJob) -> dict:
     """An MPIJob v2beta1 manifest."""
     _check(spec)
     image = spec.image or DEFAULT_IMAGES[spec.implementation]
@@ -254,7 +443,8 @@ def mpijob(spec: MPIJobSpec) -> dict:
     return {
         "apiVersion": MPIJOB_API,
         "kind": "MPIJob",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels},
+        "metadata": {"name": spec.name, **({"namespace": spec.namespace} if spec.namespace else {}),
+                     "labels": labels},
         "spec": {
             "slotsPerWorker": spec.slots_per_worker,
             "mpiImplementation": spec.implementation,
@@ -279,7 +469,7 @@ TRAINJOB_DNS_WAIT_S = 120
 
 
 @dataclass
-class TrainJobSpec:
+class TrainJob:
     name: str
     namespace: str = "default"
     runtime: str = "deepspeed-distributed"
@@ -327,7 +517,7 @@ def _runtime_patch(manager: str, job_names: list[str], pod_spec: dict) -> dict:
         {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in job_names]}}}}
 
 
-def trainjob(spec: TrainJobSpec) -> dict:
+def trainjob(spec: TrainJob) -> dict:
     """A TrainJob (trainer.kubeflow.org/v1alpha1) on a ClusterTrainingRuntime (or a TrainingRuntime)."""
     if not NAME_RE.match(spec.name):
         raise JobSpecError(f"name {spec.name!r} is invalid; allowed: a DNS-1035 label")

@@ -39,6 +39,10 @@ LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues")
 RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors")
 
 
+# Connections kept per API server: enough for the SDK's concurrent requests (AsyncClient's threads).
+POOL_SIZE = 32
+
+
 class KubeconfigError(MpiplatError, RuntimeError):
     """No usable kubeconfig or context; the message says what was tried and what to do."""
 
@@ -64,14 +68,20 @@ class Kube:
             raise KubeconfigError(
                 f"no kubeconfig at {os.pathsep.join(files)} ({source}); pass --kubeconfig FILE or set KUBECONFIG "
                 "(for the local reference cluster: eval \"$(mpiplat cluster env)\", or --local where offered)")
+        cfg = client.Configuration()
         try:
-            self.api_client = config.new_client_from_config(config_file=os.pathsep.join(existing), context=context)
+            config.load_kube_config(config_file=os.pathsep.join(existing), context=context, client_configuration=cfg)
             contexts, current = config.list_kube_config_contexts(config_file=os.pathsep.join(existing))
         except ConfigException as err:
             raise KubeconfigError(f"kubeconfig {os.pathsep.join(existing)}: {err}; "
                                   "check --context and the file (kubectl config get-contexts)") from err
+        cfg.connection_pool_maxsize = POOL_SIZE
+        self.api_client = client.ApiClient(cfg)
         self.kubeconfig = os.pathsep.join(existing)
         self.context = context or (current or {}).get("name", "")
+        chosen = next((c for c in contexts if c.get("name") == self.context), current) or {}
+        # Where namespaced requests go unless told otherwise: the context's namespace, like kubectl.
+        self.namespace = (chosen.get("context") or {}).get("namespace") or "default"
         self.core = client.CoreV1Api(self.api_client)
         self.batch = client.BatchV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)

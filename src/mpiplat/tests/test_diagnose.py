@@ -72,9 +72,9 @@ def test_a_job_that_could_borrow_is_never_called_unfittable(kube, namespace):
 
         def job(name: str, queue: str, workers: int) -> None:
             # On the KWOK nodes: only they have GPUs.
-            kube.create(MPIJOB, jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=namespace, workers=workers,
-                                                            gpus_per_worker=2, queue=queue,
-                                                            **placement(real=False, kwok_nodes=True))))
+            kube.create(MPIJOB, jobs.mpijob(jobs.MPIJob(name=name, namespace=namespace, workers=workers,
+                                                        gpus_per_worker=2, queue=queue,
+                                                        **placement(real=False, kwok_nodes=True))))
 
         job("busy", "lender", 2)  # 4 GPUs: all the lender has; it runs until the test ends
         kube.wait_for(MPIJOB, "busy", namespace, lambda o: not o["spec"]["runPolicy"]["suspend"], 30, "admitted")
@@ -319,7 +319,7 @@ class _FakeKube:
 
 
 def _failed_job(name: str, ns: str) -> dict:
-    manifest = jobs.mpijob(jobs.MPIJobSpec(name=name, namespace=ns, worker_labels={"team": "a"}))
+    manifest = jobs.mpijob(jobs.MPIJob(name=name, namespace=ns, worker_labels={"team": "a"}))
     manifest["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Failed", "status": "True"}]}
     return manifest
 
@@ -414,14 +414,14 @@ class _QuietKube(_FakeKube):
 
 
 def test_diagnose_says_when_no_operator_picked_up_the_job():
-    job = jobs.mpijob(jobs.MPIJobSpec(name="j", namespace="ns"))
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="ns"))
     found = diagnose(_QuietKube(job, []), "ns", "j")
     assert found.cause == "the MPI Operator has not picked up the job (no status, no pods)", found
     assert "MPI Operator runs" in found.remedy
 
 
 def test_diagnose_names_the_claim_that_keeps_the_pods_pending():
-    job = jobs.mpijob(jobs.MPIJobSpec(name="j", namespace="ns"))
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="ns"))
     job["status"] = {"conditions": [{"type": "Created", "status": "True"}]}
     pod = _pod("j-worker-0", "worker", 0, "Pending")
     pod.spec = client.V1PodSpec(containers=[], volumes=[client.V1Volume(

@@ -1,6 +1,6 @@
 """The package's shape: one import name, and imports that point one way.
 
-    CLI and tools (mpiplat.cli, .bundle, .installbench)
+    CLI and tools (mpiplat.cli, .jobcli, .bundle, .installbench, .submitbench)
       -> the suite (mpiplat.conformance) and the local cluster (mpiplat.localcluster)
         -> the core library (every other mpiplat.* module: kube access, job builder, versions, ...)
 """
@@ -16,7 +16,7 @@ import mpiplat
 import mpiplat.conformance
 import mpiplat.localcluster
 
-TOP = {"mpiplat.cli", "mpiplat.bundle", "mpiplat.installbench"}
+TOP = {"mpiplat.cli", "mpiplat.jobcli", "mpiplat.bundle", "mpiplat.installbench", "mpiplat.submitbench"}
 MIDDLE = ("mpiplat.conformance", "mpiplat.localcluster")
 
 

@@ -1,0 +1,581 @@
+"""The MPIJob SDK: create, watch, read the logs of and diagnose MPIJobs from Python.
+
+    from mpiplat import Client, MPIJob
+
+    jobs = Client()                      # the cluster and namespace kubectl would use
+    jobs.create(MPIJob(name="pi", workers=2, command=["python3", "pi.py"]))
+    print(jobs.wait_for_completion("pi", timeout=600).phase)
+
+`Client` is synchronous; `AsyncClient` has the same methods as coroutines (asyncio). Both build their
+manifests with mpiplat.jobs (the one builder) and talk to the API through mpiplat.kube. Every API error
+becomes a JobError that says what to do (a missing CRD, RBAC, a quota, a guardrail, too few GPUs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import functools
+import json
+import queue
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from mpiplat.diagnose import Diagnosis, diagnose
+from mpiplat.errors import MpiplatError
+from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, ROLE_LABEL, MPIJob
+from mpiplat.kube import LOCALQUEUE, MPIJOB, WORKLOAD, Kube, condition, has_condition
+
+
+class JobError(MpiplatError):
+    """An MPIJob operation failed; the message says why and what to do."""
+
+
+class NotInstalled(JobError):
+    """The cluster serves no MPIJob API: the MPI Operator is not installed."""
+
+
+class JobNotFound(JobError, LookupError):
+    pass
+
+
+class Forbidden(JobError, PermissionError):
+    """RBAC refuses the caller the verb on mpijobs in the namespace."""
+
+
+class Denied(JobError):
+    """Admission refused the job: a ResourceQuota or a guardrail (ValidatingAdmissionPolicy)."""
+
+
+class NotEnoughGPUs(JobError):
+    """The job asks for more GPUs than the cluster's nodes have."""
+
+
+class JobTimeout(JobError, TimeoutError):
+    """A wait ended before the job reached the state; `status` is its last one."""
+
+    def __init__(self, message: str, status: JobStatus):
+        super().__init__(message)
+        self.status = status
+
+
+# What `phase` can be, in the order a job passes them. Queued: suspended by Kueue, waiting for quota.
+PHASES = ("Pending", "Queued", "Suspended", "Created", "Running", "Succeeded", "Failed")
+FINISHED = ("Succeeded", "Failed")
+WAIT_FOR = ("succeeded", "failed", "running", "finished")
+WHICH = ("launcher", "workers", "all")  # or a worker's index
+_VAP_DENIAL = re.compile(r"ValidatingAdmissionPolicy '([^']+)' with binding '[^']*' denied request: (.*)", re.S)
+
+
+@dataclass
+class JobStatus:
+    name: str
+    namespace: str
+    phase: str
+    message: str = ""
+    queue: str | None = None
+    conditions: list[dict] = field(default_factory=list)
+    replicas: dict[str, dict] = field(default_factory=dict)  # Launcher/Worker: active, succeeded, failed
+    start_time: str | None = None
+    completion_time: str | None = None
+    diagnosis: Diagnosis | None = None  # wait_for_completion sets it when the job failed or timed out
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == "Succeeded"
+
+
+def job_status(obj: dict) -> JobStatus:
+    """The phase and the rest of an MPIJob object as the API server returned it."""
+    status = obj.get("status") or {}
+    meta = obj["metadata"]
+    job = MPIJob.from_manifest(obj)
+    phase = next((t for t in ("Failed", "Succeeded", "Running") if has_condition(obj, t)), None)
+    if phase is None:
+        if (obj["spec"].get("runPolicy") or {}).get("suspend"):
+            phase = "Queued" if job.queue else "Suspended"
+        else:
+            phase = "Created" if has_condition(obj, "Created") else "Pending"
+    latest = max(status.get("conditions") or [], key=lambda c: c.get("lastTransitionTime") or "", default={})
+    return JobStatus(name=meta["name"], namespace=meta["namespace"], phase=phase, message=latest.get("message", ""),
+                     queue=job.queue, conditions=list(status.get("conditions") or []),
+                     replicas=dict(status.get("replicaStatuses") or {}), start_time=status.get("startTime"),
+                     completion_time=status.get("completionTime"))
+
+
+@dataclass(frozen=True)
+class LogLine:
+    pod: str
+    text: str
+    time: datetime.datetime | None = None
+
+    def format(self, timestamps: bool = False) -> str:
+        stamp = f"{self.time.isoformat(timespec='milliseconds')} " if timestamps and self.time else ""
+        return f"[{self.pod}] {stamp}{self.text}"
+
+
+def _log_line(pod: str, raw: str) -> LogLine:
+    """A line of a log read with timestamps=True ("2026-11-24T12:00:00.123456789Z text")."""
+    stamp, _, text = raw.partition(" ")
+    try:  # Python parses microseconds, not the kubelet's nanoseconds
+        when = datetime.datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", stamp.replace("Z", "+00:00")))
+    except ValueError:
+        return LogLine(pod, raw)
+    return LogLine(pod, text, when)
+
+
+def _api_message(err: ApiException) -> str:
+    try:
+        return json.loads(err.body or "{}").get("message") or err.reason or ""
+    except ValueError:
+        return err.body or err.reason or ""
+
+
+class Client:
+    """MPIJobs on one cluster. namespace: where jobs without one go (default: the kubeconfig context's, else
+    "default", like kubectl). kubeconfig, context: like kubectl's flags ($KUBECONFIG, ~/.kube/config)."""
+
+    def __init__(self, namespace: str | None = None, *, kubeconfig: str | None = None, context: str | None = None,
+                 kube: Kube | None = None):
+        self.kube = kube or Kube(kubeconfig, context)
+        self.namespace = namespace or self.kube.namespace
+
+    # ---------------------------------------------------------------- errors
+    @contextlib.contextmanager
+    def _explained(self, verb: str, namespace: str, name: str | None = None):
+        try:
+            yield
+        except ApiException as err:
+            raise self._explain(err, verb, namespace, name) from err
+
+    def _explain(self, err: ApiException, verb: str, namespace: str, name: str | None) -> JobError:
+        message = _api_message(err)
+        ref = f"MPIJob {namespace}/{name}" if name else f"MPIJobs in namespace {namespace}"
+        if err.status == 404:
+            if not self.installed():
+                return NotInstalled("the MPI Operator is not installed: the cluster serves no kubeflow.org/v2beta1 "
+                                    "mpijobs (ask the platform admin to run the installer, playbooks/site.yml)")
+            if message.startswith("namespaces "):
+                return JobError(f"namespace {namespace!r} does not exist ({message}); pick one with -n/--namespace "
+                                "or the kubeconfig context's namespace")
+            return JobNotFound(f"{ref} not found")
+        if err.status == 409:
+            return JobError(f"{ref} already exists; delete it first (mpiplat job delete {name}) or pick another name")
+        denial = _VAP_DENIAL.search(message)
+        if denial:
+            return Denied(f"the cluster's guardrail {denial.group(1)} refuses {ref}: {denial.group(2).strip()}")
+        if err.status == 403 and "exceeded quota" in message:
+            detail = message.partition("forbidden: ")[2] or message
+            return Denied(f"the namespace's ResourceQuota refuses {ref}: {detail}")
+        if err.status == 403:
+            allowed, user = self._access(verb, namespace)
+            if allowed is False:
+                return Forbidden(f"user {user} lacks {verb!r} on mpijobs in namespace {namespace}; ask the platform "
+                                 f"admin for a Role that grants it (check: kubectl auth can-i {verb} "
+                                 f"mpijobs.kubeflow.org -n {namespace})")
+            return Denied(f"admission refuses {ref}: {message}")
+        if err.status == 422:
+            return Denied(f"the API server refuses {ref}: {message}")
+        return JobError(f"{ref}: the API server answered {err.status} {err.reason}: {message}")
+
+    def _access(self, verb: str, namespace: str) -> tuple[bool | None, str]:
+        """Whether the caller may `verb` mpijobs in `namespace` (None: unknown), and who the caller is."""
+        user = "the current user"
+        with contextlib.suppress(ApiException, AttributeError):
+            review = client.AuthenticationV1Api(self.kube.api_client).create_self_subject_review(
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+            user = review.status.user_info.username or user
+        try:
+            review = client.AuthorizationV1Api(self.kube.api_client).create_self_subject_access_review(
+                client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=client.V1ResourceAttributes(
+                        namespace=namespace, verb=verb, group=MPIJOB.group, resource=MPIJOB.plural))))
+        except ApiException:
+            return None, user
+        return bool(review.status.allowed), user
+
+    def installed(self) -> bool:
+        """Whether the cluster serves kubeflow.org/v2beta1 mpijobs (API discovery, open to every user)."""
+        try:
+            found = self.kube.api_client.call_api(
+                f"/apis/{MPIJOB.api_version}", "GET", response_type="object", auth_settings=["BearerToken"],
+                _return_http_data_only=True, _request_timeout=10)
+        except ApiException:
+            return False
+        return any(r.get("name") == MPIJOB.plural for r in (found or {}).get("resources", []))
+
+    def _check_gpus(self, job: MPIJob) -> None:
+        """Refuse a job no node set of this cluster can ever hold (skipped where nodes cannot be listed)."""
+        if not job.gpus_per_worker:
+            return
+        try:
+            nodes = self.kube.core.list_node(_request_timeout=10).items
+        except ApiException:
+            return
+        have = [int(str((n.status.allocatable or {}).get(job.gpu_resource, "0")))
+                for n in nodes if not n.spec.unschedulable]
+        most, total, asked = max(have, default=0), sum(have), job.gpus_per_worker * job.workers
+        if job.gpus_per_worker > most:
+            raise NotEnoughGPUs(f"each worker requests {job.gpus_per_worker} {job.gpu_resource}, but no node has "
+                                f"more than {most} allocatable ({len(have)} schedulable nodes, {total} in all)")
+        if asked > total:
+            raise NotEnoughGPUs(f"the job requests {asked} {job.gpu_resource} ({job.workers} workers x "
+                                f"{job.gpus_per_worker}), but the cluster's nodes have {total} allocatable in all")
+
+    # ---------------------------------------------------------------- lifecycle
+    def create(self, job: MPIJob | dict, *, check_gpus: bool = True) -> MPIJob:
+        """Submit a job (an MPIJob, or a manifest dict); returns it as the API server stored it."""
+        if isinstance(job, dict):
+            job = MPIJob.from_manifest(job)
+        manifest = job.manifest()  # validates before any API call
+        namespace = job.namespace or self.namespace
+        manifest["metadata"]["namespace"] = namespace
+        if check_gpus:
+            self._check_gpus(job)
+        with self._explained("create", namespace, job.name):
+            return MPIJob.from_manifest(self.kube.create(MPIJOB, manifest))
+
+    def get(self, name: str, namespace: str | None = None) -> MPIJob:
+        namespace = namespace or self.namespace
+        with self._explained("get", namespace, name):
+            return MPIJob.from_manifest(self.kube.get(MPIJOB, name, namespace))
+
+    def list(self, namespace: str | None = None, *, all_namespaces: bool = False,
+             label_selector: str = "") -> list[MPIJob]:
+        namespace = namespace or self.namespace
+        with self._explained("list", "(all)" if all_namespaces else namespace):
+            if all_namespaces:
+                items = self.kube.custom.list_cluster_custom_object(
+                    MPIJOB.group, MPIJOB.version, MPIJOB.plural, label_selector=label_selector)["items"]
+            else:
+                items = self.kube.list(MPIJOB, namespace, label_selector)
+        return [MPIJob.from_manifest(o) for o in items]
+
+    def delete(self, name: str, namespace: str | None = None, *, wait: bool = False, timeout: float = 120) -> None:
+        """Delete a job and its pods (foreground); with wait, return once it is gone."""
+        namespace = namespace or self.namespace
+        with self._explained("delete", namespace, name):
+            self.kube.get(MPIJOB, name, namespace)
+            self.kube.delete(MPIJOB, name, namespace)
+        deadline = time.monotonic() + timeout
+        while wait:
+            try:
+                self.kube.get(MPIJOB, name, namespace)
+            except ApiException as err:
+                if err.status == 404:
+                    return
+                raise self._explain(err, "get", namespace, name) from err
+            if time.monotonic() > deadline:
+                raise JobTimeout(f"MPIJob {namespace}/{name} still exists {timeout:.0f}s after its deletion",
+                                 self.status(name, namespace))
+            time.sleep(0.5)
+
+    def status(self, name: str, namespace: str | None = None) -> JobStatus:
+        namespace = namespace or self.namespace
+        with self._explained("get", namespace, name):
+            return job_status(self.kube.get(MPIJOB, name, namespace))
+
+    def wait(self, name: str, namespace: str | None = None, *, until: str = "finished",
+             timeout: float = 600) -> JobStatus:
+        """Watch the job until it is `until` (succeeded, failed, running or finished) or finished otherwise;
+        returns its status then (check `.phase`). Raises JobTimeout, with the last status, at `timeout`."""
+        if until not in WAIT_FOR:
+            raise JobError(f"until is {until!r}; allowed: {', '.join(WAIT_FOR)}")
+        namespace = namespace or self.namespace
+        last = self.status(name, namespace)
+        reached = {"succeeded": ("Succeeded",), "failed": ("Failed",), "finished": FINISHED,
+                   "running": ("Running", *FINISHED)}[until]
+        with self._explained("watch", namespace, name):
+            for obj in self.kube.watch_object(MPIJOB, name, namespace, timeout):
+                last = job_status(obj)
+                if last.phase in reached or last.finished:
+                    return last
+        raise JobTimeout(f"MPIJob {namespace}/{name} is {last.phase}, not {until}, after {timeout:.0f}s"
+                         + (f": {last.message}" if last.message else ""), last)
+
+    def wait_for_completion(self, name: str, namespace: str | None = None, *, timeout: float = 600) -> JobStatus:
+        """Wait until the job succeeds or fails; the status carries a diagnosis when it failed. At the timeout,
+        JobTimeout carries the last status with a diagnosis of why it is not done."""
+        namespace = namespace or self.namespace
+        try:
+            result = self.wait(name, namespace, until="finished", timeout=timeout)
+        except JobTimeout as err:
+            err.status.diagnosis = self.diagnose(name, namespace)
+            raise JobTimeout(f"{err}; {err.status.diagnosis.cause}", err.status) from None
+        if result.phase == "Failed":
+            result.diagnosis = self.diagnose(name, namespace)
+        return result
+
+    def diagnose(self, name: str, namespace: str | None = None, gpu_resource: str = GPU_RESOURCE) -> Diagnosis:
+        namespace = namespace or self.namespace
+        with self._explained("get", namespace, name):
+            return diagnose(self.kube, namespace, name, gpu_resource)
+
+    # ---------------------------------------------------------------- suspend / resume
+    def workload(self, name: str, namespace: str | None = None) -> dict | None:
+        """The job's Kueue Workload, if Kueue manages it."""
+        namespace = namespace or self.namespace
+        uid = self.get(name, namespace).source["metadata"]["uid"]
+        try:
+            found = self.kube.list(WORKLOAD, namespace)
+        except ApiException:
+            return None
+        return next((w for w in found if any(o.get("uid") == uid for o in w["metadata"].get("ownerReferences", []))),
+                    None)
+
+    def suspend(self, name: str, namespace: str | None = None) -> str:
+        return self._set_active(name, namespace or self.namespace, False)
+
+    def resume(self, name: str, namespace: str | None = None) -> str:
+        return self._set_active(name, namespace or self.namespace, True)
+
+    def _set_active(self, name: str, namespace: str, active: bool) -> str:
+        """Kueue owns runPolicy.suspend of a job it manages (it would undo a change there), so a queued job is
+        suspended and resumed through its Workload's spec.active; any other job through runPolicy.suspend."""
+        wl = self.workload(name, namespace)
+        if wl is not None:
+            with self._explained("patch", namespace, name):
+                self.kube.patch(WORKLOAD, wl["metadata"]["name"], {"spec": {"active": active}}, namespace)
+            return (f"{'re' if active else 'de'}activated Kueue Workload {wl['metadata']['name']}: Kueue "
+                    + ("queues the job again and resumes it once admitted" if active else
+                       "suspends the job and frees its quota"))
+        with self._explained("patch", namespace, name):
+            self.kube.patch(MPIJOB, name, {"spec": {"runPolicy": {"suspend": not active}}}, namespace)
+        return f"set runPolicy.suspend to {str(not active).lower()} (the job has no Kueue Workload)"
+
+    # ---------------------------------------------------------------- pods, logs, describe
+    def pods(self, name: str, namespace: str | None = None, which: str | int = "all") -> list[client.V1Pod]:
+        """The job's pods, launcher first then workers by index. which: launcher, workers, all or an index."""
+        namespace = namespace or self.namespace
+        if not (which in WHICH or (isinstance(which, int) and not isinstance(which, bool) and which >= 0)):
+            raise JobError(f"which is {which!r}; allowed: {', '.join(WHICH)} or a worker index (an integer >= 0)")
+        selector = f"{JOB_LABEL}={name}"
+        if which == "launcher":
+            selector += f",{ROLE_LABEL}=launcher"
+        elif which != "all":
+            selector += f",{ROLE_LABEL}=worker" + (f",{INDEX_LABEL}={which}" if isinstance(which, int) else "")
+        with self._explained("list", namespace, name):
+            pods = self.kube.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+        def order(pod):
+            labels = pod.metadata.labels or {}
+            return labels.get(ROLE_LABEL) != "launcher", int(labels.get(INDEX_LABEL, -1)), pod.metadata.name
+        return sorted(pods, key=order)
+
+    def logs(self, name: str, namespace: str | None = None, which: str | int = "launcher", *,
+             grep: str | None = None, tail: int | None = None) -> list[LogLine]:
+        """The logs of the job's pods (which: launcher, workers, all or a worker's index), one list ordered by
+        time. Pods whose container has not started yet have no log; JobError if none has one."""
+        namespace = namespace or self.namespace
+        pattern = re.compile(grep) if grep else None
+        pods = self.pods(name, namespace, which)
+        lines, why = [], []
+        for pod in pods:
+            try:
+                raw = self.kube.core.read_namespaced_pod_log(
+                    pod.metadata.name, namespace, container=pod.spec.containers[0].name, timestamps=True,
+                    **({"tail_lines": tail} if tail else {}))
+            except ApiException as err:
+                why.append(f"{pod.metadata.name}: {_api_message(err)}")
+                continue
+            lines += [_log_line(pod.metadata.name, line) for line in raw.splitlines()]
+        if not pods or (why and len(why) == len(pods)):
+            job = self.status(name, namespace)
+            raise JobError(f"MPIJob {namespace}/{name} ({job.phase}) has no {which} pod with a log yet"
+                           + (f": {'; '.join(why)}" if why else ""))
+        lines.sort(key=lambda ln: (ln.time or datetime.datetime.min.replace(tzinfo=datetime.UTC), ln.pod))
+        return [ln for ln in lines if not pattern or pattern.search(ln.text)]
+
+    def follow_logs(self, name: str, namespace: str | None = None, which: str | int = "launcher", *,
+                    grep: str | None = None, timeout: float | None = None, poll: float = 1.0) -> Iterator[LogLine]:
+        """Yield the logs' lines as the pods write them, from the start, until the job has finished and every
+        stream has ended (or `timeout` seconds have passed: JobTimeout). Pods that start later (a launcher that
+        WaitForWorkersReady creates late) join the stream."""
+        namespace = namespace or self.namespace
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pattern = re.compile(grep) if grep else None
+        lines: queue.Queue = queue.Queue()
+        streaming: dict[str, threading.Thread] = {}
+
+        def stream(pod: str, container: str) -> None:
+            try:
+                resp = self.kube.core.read_namespaced_pod_log(pod, namespace, container=container, follow=True,
+                                                               timestamps=True, _preload_content=False)
+                for raw in _lines(resp):
+                    lines.put(_log_line(pod, raw))
+            except ApiException as err:
+                lines.put(LogLine(pod, f"(log unavailable: {_api_message(err)})"))
+            finally:
+                lines.put(pod)
+
+        done = False
+        while True:
+            if not done:
+                done = self.status(name, namespace).finished
+                for pod in self.pods(name, namespace, which):
+                    started = any(cs.state and (cs.state.running or cs.state.terminated)
+                                  for cs in pod.status.container_statuses or [])
+                    if started and pod.metadata.name not in streaming:
+                        t = threading.Thread(target=stream, args=(pod.metadata.name, pod.spec.containers[0].name),
+                                             daemon=True)
+                        streaming[pod.metadata.name] = t
+                        t.start()
+            if deadline is not None and time.monotonic() > deadline:
+                status = self.status(name, namespace)
+                raise JobTimeout(f"MPIJob {namespace}/{name} is {status.phase}, not finished, after {timeout:.0f}s "
+                                 "of following its logs", status)
+            try:
+                item = lines.get(timeout=poll)
+            except queue.Empty:
+                if done and not any(t.is_alive() for t in streaming.values()) and lines.empty():
+                    return
+                continue
+            if isinstance(item, LogLine) and (not pattern or pattern.search(item.text)):
+                yield item
+
+    def describe(self, name: str, namespace: str | None = None) -> dict:
+        """Everything about a job in one dict: status, queue state, pods, events and the diagnosis."""
+        namespace = namespace or self.namespace
+        status = self.status(name, namespace)
+        pods = self.pods(name, namespace)
+        wl = self.workload(name, namespace)
+        queue_state = None
+        if wl is not None:
+            reserved = condition(wl, "QuotaReserved") or {}
+            queue_state = {
+                "workload": wl["metadata"]["name"], "local_queue": wl["spec"].get("queueName"),
+                "cluster_queue": (wl.get("status", {}).get("admission") or {}).get("clusterQueue"),
+                "admitted": has_condition(wl, "Admitted"), "active": wl["spec"].get("active", True),
+                "reason": "" if reserved.get("status") == "True" else reserved.get("message", ""),
+                "position": self._queue_position(wl, namespace)}
+        names = {name, *(p.metadata.name for p in pods)}
+        with self._explained("list", namespace, name):
+            events = [e for e in self.kube.core.list_namespaced_event(namespace).items
+                      if e.involved_object.name in names]
+        events.sort(key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp)
+        return {
+            "status": status,
+            "queue": queue_state,
+            "pods": [{"name": p.metadata.name, "role": (p.metadata.labels or {}).get(ROLE_LABEL, ""),
+                      "phase": p.status.phase, "node": p.spec.node_name or "",
+                      "ready": all(cs.ready for cs in p.status.container_statuses or []) and bool(
+                          p.status.container_statuses),
+                      "restarts": sum(cs.restart_count for cs in p.status.container_statuses or [])} for p in pods],
+            "events": [{"object": f"{e.involved_object.kind}/{e.involved_object.name}", "type": e.type,
+                        "reason": e.reason, "message": e.message, "count": e.count or 1,
+                        "time": str(e.last_timestamp or e.event_time or "")} for e in events[-25:]],
+            "diagnosis": self.diagnose(name, namespace),
+        }
+
+    def _queue_position(self, wl: dict, namespace: str) -> int | None:
+        """The Workload's position in its LocalQueue from Kueue's visibility API, where the cluster serves it."""
+        if has_condition(wl, "QuotaReserved"):
+            return None
+        lq = wl["spec"].get("queueName")
+        try:
+            self.kube.get(LOCALQUEUE, lq, namespace)
+            found = self.kube.api_client.call_api(
+                f"/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/{lq}/pendingworkloads",
+                "GET", response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True,
+                _request_timeout=10)
+        except ApiException:
+            return None
+        return next((w.get("positionInLocalQueue") for w in (found or {}).get("items", [])
+                     if w["metadata"]["name"] == wl["metadata"]["name"]), None)
+
+
+def _lines(resp) -> Iterator[str]:
+    """The lines of a streamed (follow=True) log response."""
+    buf = b""
+    for chunk in resp.stream(4096, decode_content=True):
+        buf += chunk
+        *done, buf = buf.split(b"\n")
+        for line in done:
+            yield line.decode(errors="replace")
+    if buf:
+        yield buf.decode(errors="replace")
+
+
+class AsyncClient:
+    """Client's methods as asyncio coroutines: each runs the synchronous call in a thread of this client's pool,
+    so `max_concurrency` requests are in flight at once and the event loop never blocks."""
+
+    def __init__(self, namespace: str | None = None, *, kubeconfig: str | None = None, context: str | None = None,
+                 kube: Kube | None = None, max_concurrency: int = 32):
+        self.sync = Client(namespace, kubeconfig=kubeconfig, context=context, kube=kube)
+        self.namespace = self.sync.namespace
+        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="mpiplat-sdk")
+
+    async def _run(self, method: str, *args, **kwargs):
+        call = functools.partial(getattr(self.sync, method), *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    async def create(self, job: MPIJob | dict, *, check_gpus: bool = True) -> MPIJob:
+        return await self._run("create", job, check_gpus=check_gpus)
+
+    async def get(self, name: str, namespace: str | None = None) -> MPIJob:
+        return await self._run("get", name, namespace)
+
+    async def list(self, namespace: str | None = None, *, all_namespaces: bool = False,
+                   label_selector: str = "") -> list[MPIJob]:
+        return await self._run("list", namespace, all_namespaces=all_namespaces, label_selector=label_selector)
+
+    async def delete(self, name: str, namespace: str | None = None, *, wait: bool = False,
+                     timeout: float = 120) -> None:
+        return await self._run("delete", name, namespace, wait=wait, timeout=timeout)
+
+    async def status(self, name: str, namespace: str | None = None) -> JobStatus:
+        return await self._run("status", name, namespace)
+
+    async def wait(self, name: str, namespace: str | None = None, *, until: str = "finished",
+                   timeout: float = 600) -> JobStatus:
+        return await self._run("wait", name, namespace, until=until, timeout=timeout)
+
+    async def wait_for_completion(self, name: str, namespace: str | None = None, *,
+                                  timeout: float = 600) -> JobStatus:
+        return await self._run("wait_for_completion", name, namespace, timeout=timeout)
+
+    async def diagnose(self, name: str, namespace: str | None = None) -> Diagnosis:
+        return await self._run("diagnose", name, namespace)
+
+    async def suspend(self, name: str, namespace: str | None = None) -> str:
+        return await self._run("suspend", name, namespace)
+
+    async def resume(self, name: str, namespace: str | None = None) -> str:
+        return await self._run("resume", name, namespace)
+
+    async def logs(self, name: str, namespace: str | None = None, which: str | int = "launcher", *,
+                   grep: str | None = None, tail: int | None = None) -> list[LogLine]:
+        return await self._run("logs", name, namespace, which, grep=grep, tail=tail)
+
+    async def follow_logs(self, name: str, namespace: str | None = None, which: str | int = "launcher", *,
+                          grep: str | None = None, timeout: float | None = None) -> AsyncIterator[LogLine]:
+        lines = self.sync.follow_logs(name, namespace, which, grep=grep, timeout=timeout)
+        loop = asyncio.get_running_loop()
+        end = object()
+        while (line := await loop.run_in_executor(self._pool, next, lines, end)) is not end:
+            yield line
+
+    async def describe(self, name: str, namespace: str | None = None) -> dict:
+        return await self._run("describe", name, namespace)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
