@@ -6,7 +6,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup build demo test test-offline test-helm test-stack stack-tenancy stack-others lint clean-cluster
+.PHONY: setup build demo test test-offline test-helm test-stack stack-tenancy stack-sdk stack-others lint clean-cluster
 
 setup: $(VENV)/.installed
 
@@ -36,11 +36,12 @@ BUNDLE ?= /tmp/mpiplat-test-bundle
 
 # Three lanes at once, each line of output prefixed with its lane (they mostly wait on API servers):
 #   offline: lint, then every test not marked `cluster` (unit, charts, MPI workloads, reports);
-#   helm:    molecule `helm` on a bare cluster of its own (MPIPLAT_CLUSTER=helm) from a fresh bundle;
+#   helm:    on a bare cluster of its own (MPIPLAT_CLUSTER=helm): the `bare` tests, then molecule `helm`
+#            from a fresh bundle;
 #   stack:   molecule `default` on the full local cluster with its real node (it leaves the stack and
 #            the teams installed), then the conformance suite's `cluster` profile (simulated and real
 #            pods), then the fault matrix (alone: it breaks the stack one fault at a time), then the other
-#            `cluster` tests in two processes (local cluster, playbooks, selftests: they share the
+#            `cluster` tests in three processes (local cluster, playbooks, selftests: they share the
 #            cluster, not objects), then the `last` one, which stops the cluster.
 test: build
 	@$(MAKE) --no-print-directory -j3 test-offline test-helm test-stack
@@ -53,6 +54,7 @@ test-helm: build
 	{ export MPIPLAT_CLUSTER=helm && trap '$(BIN)/mpiplat cluster down >/dev/null 2>&1' EXIT \
 	  && $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up --bare \
 	  && rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE) && eval "$$($(BIN)/mpiplat cluster env)" \
+	  && $(BIN)/pytest -m bare -p no:cacheprovider -q \
 	  && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm; } 2>&1 \
 	  | sed -u 's/^/[helm] /'
 
@@ -61,19 +63,23 @@ test-stack: build
 	  && $(BIN)/molecule test -s default \
 	  && $(BIN)/pytest conformance/suite --profile cluster --durations=10 \
 	  && $(BIN)/pytest -m faults -p no:cacheprovider \
-	  && $(MAKE) --no-print-directory -j2 stack-tenancy stack-others \
+	  && $(MAKE) --no-print-directory -j3 stack-tenancy stack-sdk stack-others \
 	  && $(BIN)/pytest -m "cluster and last" -p no:cacheprovider; } 2>&1 \
 	  | sed -u 's/^/[stack] /'
 
-# The stack lane's other `cluster` tests, split in two about equal halves.
-STACK_TESTS   = -m "cluster and not faults and not last" -p no:cacheprovider --durations=10
+# The stack lane's other `cluster` tests, split in three about equal parts (they mostly wait on the cluster).
+STACK_TESTS   = -m "cluster and not faults and not last and not bare" -p no:cacheprovider --durations=10
 STACK_TENANCY = playbooks/tests/test_tenancy.py playbooks/tests/test_monitoring.py
+STACK_SDK     = src/mpiplat/tests/test_sdk.py
 
 stack-tenancy:
 	$(BIN)/pytest $(STACK_TESTS) $(STACK_TENANCY) 2>&1 | sed -u 's/^/[tenancy] /'
 
+stack-sdk:
+	$(BIN)/pytest $(STACK_TESTS) $(STACK_SDK) 2>&1 | sed -u 's/^/[sdk] /'
+
 stack-others:
-	$(BIN)/pytest $(STACK_TESTS) $(addprefix --ignore=,$(STACK_TENANCY)) 2>&1 | sed -u 's/^/[others] /'
+	$(BIN)/pytest $(STACK_TESTS) $(addprefix --ignore=,$(STACK_TENANCY) $(STACK_SDK)) 2>&1 | sed -u 's/^/[others] /'
 
 lint: setup
 	$(BIN)/ruff check src localcluster conformance charts playbooks roles conftest.py

@@ -106,6 +106,7 @@ class MPIJob:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    launcher_labels: dict[str, str] = field(default_factory=dict)
     launcher_annotations: dict[str, str] = field(default_factory=dict)
     worker_labels: dict[str, str] = field(default_factory=dict)
     worker_annotations: dict[str, str] = field(default_factory=dict)
@@ -400,7 +401,7 @@ def mpijob(spec: MPIJob) -> dict:
         # The operator sets the launcher pod's restartPolicy from the replica spec's (not the pod template's).
         **({"restartPolicy": spec.launcher_restart_policy} if spec.launcher_restart_policy else {}),
         "template": {
-            "metadata": {"labels": {"sidecar.istio.io/inject": "false"},
+            "metadata": {"labels": {"sidecar.istio.io/inject": "false", **spec.launcher_labels},
                          "annotations": dict(spec.launcher_annotations)},
             "spec": {
                 **pod_spec_common,

@@ -6,6 +6,7 @@ joined by ':'), else ~/.kube/config; --context if given, else the kubeconfig's c
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -95,6 +96,20 @@ class Kube:
             raise KubeconfigError(f"cannot reach the API server {self.api_client.configuration.host} "
                                   f"(context {self.context!r}): {err}") from err
         return {"server": self.api_client.configuration.host, "version": version, "context": self.context}
+
+    def get_path(self, path: str, timeout: float = 10) -> dict:
+        """GET an API path (discovery, a subresource the typed APIs lack) as JSON; ApiException otherwise."""
+        api = self.api_client
+        if not hasattr(api, "param_serialize"):  # kubernetes < 35: the python-legacy generator
+            return api.call_api(path, "GET", response_type="object", auth_settings=["BearerToken"],
+                                _return_http_data_only=True, _request_timeout=timeout)
+        request = api.param_serialize("GET", path, header_params={"Accept": "application/json"},
+                                      auth_settings=["BearerToken"])
+        resp = api.call_api(*request, _request_timeout=timeout)
+        resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return json.loads(resp.data)
 
     # ---- custom objects
     def create(self, kind: Kind, obj: dict) -> dict:

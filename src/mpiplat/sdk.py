@@ -72,6 +72,7 @@ PHASES = ("Pending", "Queued", "Suspended", "Created", "Running", "Succeeded", "
 FINISHED = ("Succeeded", "Failed")
 WAIT_FOR = ("succeeded", "failed", "running", "finished")
 WHICH = ("launcher", "workers", "all")  # or a worker's index
+FOLLOW_DRAIN_S = 3.0  # how long follow_logs reads on once the job has finished
 _VAP_DENIAL = re.compile(r"ValidatingAdmissionPolicy '([^']+)' with binding '[^']*' denied request: (.*)", re.S)
 
 
@@ -209,9 +210,7 @@ class Client:
     def installed(self) -> bool:
         """Whether the cluster serves kubeflow.org/v2beta1 mpijobs (API discovery, open to every user)."""
         try:
-            found = self.kube.api_client.call_api(
-                f"/apis/{MPIJOB.api_version}", "GET", response_type="object", auth_settings=["BearerToken"],
-                _return_http_data_only=True, _request_timeout=10)
+            found = self.kube.get_path(f"/apis/{MPIJOB.api_version}")
         except ApiException:
             return False
         return any(r.get("name") == MPIJOB.plural for r in (found or {}).get("resources", []))
@@ -400,50 +399,61 @@ class Client:
 
     def follow_logs(self, name: str, namespace: str | None = None, which: str | int = "launcher", *,
                     grep: str | None = None, timeout: float | None = None, poll: float = 1.0) -> Iterator[LogLine]:
-        """Yield the logs' lines as the pods write them, from the start, until the job has finished and every
-        stream has ended (or `timeout` seconds have passed: JobTimeout). Pods that start later (a launcher that
-        WaitForWorkersReady creates late) join the stream."""
+        """Yield the logs' lines as the pods write them, from the start, until the job has finished (then the
+        streams get FOLLOW_DRAIN_S to end: a worker kept by cleanPodPolicy None runs on) or `timeout` seconds
+        have passed (JobTimeout). Pods that start later (a launcher WaitForWorkersReady creates late) join in."""
         namespace = namespace or self.namespace
         deadline = None if timeout is None else time.monotonic() + timeout
         pattern = re.compile(grep) if grep else None
         lines: queue.Queue = queue.Queue()
         streaming: dict[str, threading.Thread] = {}
+        responses: list = []
 
         def stream(pod: str, container: str) -> None:
             try:
                 resp = self.kube.core.read_namespaced_pod_log(pod, namespace, container=container, follow=True,
                                                                timestamps=True, _preload_content=False)
+                responses.append(resp)
                 for raw in _lines(resp):
                     lines.put(_log_line(pod, raw))
             except ApiException as err:
                 lines.put(LogLine(pod, f"(log unavailable: {_api_message(err)})"))
+            except Exception:  # noqa: BLE001 - the response was closed when following ended
+                pass
             finally:
                 lines.put(pod)
 
-        done = False
-        while True:
-            if not done:
-                done = self.status(name, namespace).finished
-                for pod in self.pods(name, namespace, which):
-                    started = any(cs.state and (cs.state.running or cs.state.terminated)
-                                  for cs in pod.status.container_statuses or [])
-                    if started and pod.metadata.name not in streaming:
-                        t = threading.Thread(target=stream, args=(pod.metadata.name, pod.spec.containers[0].name),
-                                             daemon=True)
-                        streaming[pod.metadata.name] = t
-                        t.start()
-            if deadline is not None and time.monotonic() > deadline:
-                status = self.status(name, namespace)
-                raise JobTimeout(f"MPIJob {namespace}/{name} is {status.phase}, not finished, after {timeout:.0f}s "
-                                 "of following its logs", status)
-            try:
-                item = lines.get(timeout=poll)
-            except queue.Empty:
-                if done and not any(t.is_alive() for t in streaming.values()) and lines.empty():
-                    return
-                continue
-            if isinstance(item, LogLine) and (not pattern or pattern.search(item.text)):
-                yield item
+        done_at = None
+        try:
+            while True:
+                if done_at is None:
+                    if self.status(name, namespace).finished:
+                        done_at = time.monotonic()
+                    for pod in self.pods(name, namespace, which):
+                        started = any(cs.state and (cs.state.running or cs.state.terminated)
+                                      for cs in pod.status.container_statuses or [])
+                        if started and pod.metadata.name not in streaming:
+                            t = threading.Thread(target=stream, daemon=True,
+                                                 args=(pod.metadata.name, pod.spec.containers[0].name))
+                            streaming[pod.metadata.name] = t
+                            t.start()
+                if deadline is not None and time.monotonic() > deadline:
+                    status = self.status(name, namespace)
+                    raise JobTimeout(f"MPIJob {namespace}/{name} is {status.phase}, not finished, after "
+                                     f"{timeout:.0f}s of following its logs", status)
+                try:
+                    item = lines.get(timeout=poll)
+                except queue.Empty:
+                    if done_at is not None and lines.empty() and (
+                            not any(t.is_alive() for t in streaming.values())
+                            or time.monotonic() - done_at > FOLLOW_DRAIN_S):
+                        return
+                    continue
+                if isinstance(item, LogLine) and (not pattern or pattern.search(item.text)):
+                    yield item
+        finally:
+            for resp in responses:
+                resp.close()
 
     def describe(self, name: str, namespace: str | None = None) -> dict:
         """Everything about a job in one dict: status, queue state, pods, events and the diagnosis."""
@@ -486,10 +496,8 @@ class Client:
         lq = wl["spec"].get("queueName")
         try:
             self.kube.get(LOCALQUEUE, lq, namespace)
-            found = self.kube.api_client.call_api(
-                f"/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/{lq}/pendingworkloads",
-                "GET", response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True,
-                _request_timeout=10)
+            found = self.kube.get_path(
+                f"/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/{lq}/pendingworkloads")
         except ApiException:
             return None
         return next((w.get("positionInLocalQueue") for w in (found or {}).get("items", [])

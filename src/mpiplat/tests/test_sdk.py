@@ -23,7 +23,7 @@ from mpiplat.conformance.placement import placement
 from mpiplat.jobcli import TIMED_OUT, split_program
 from mpiplat.jobs import JobSpecError
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, RESOURCEFLAVOR, WORKLOAD, Kube, has_condition
-from mpiplat.sdk import Denied, Forbidden, JobNotFound, JobTimeout, NotEnoughGPUs, _log_line, job_status
+from mpiplat.sdk import Denied, Forbidden, JobNotFound, JobTimeout, NotEnoughGPUs, NotInstalled, _log_line, job_status
 
 DOCS = Path(__file__).parents[3] / "docs" / "sdk.md"
 REAL_IMAGE = "mpiplat.local/openmpi:1"
@@ -186,6 +186,17 @@ def _simulated(**kw) -> dict:
     return {**placement(real=False, kwok_nodes=True), **kw}
 
 
+def _failing(name: str) -> MPIJob:
+    """A simulated job whose worker 0 is OOMKilled at once and whose launcher then fails (on KWOK, a launcher
+    fails only when told to), so the job ends Failed. AtStartup: the launcher does not wait for the workers."""
+    return MPIJob(name=name, workers=1, launcher_creation_policy="AtStartup",
+                  worker_labels={jobs.FAIL_LABEL: "true"},
+                  worker_annotations={jobs.FAIL_REASON: "OOMKilled", jobs.FAIL_EXIT_CODE: "137", jobs.FAIL_DELAY: "1s"},
+                  launcher_labels={jobs.FAIL_LABEL: "true"},
+                  launcher_annotations={jobs.FAIL_REASON: "Error", jobs.FAIL_EXIT_CODE: "1", jobs.FAIL_DELAY: "3s"},
+                  **_simulated())
+
+
 @pytest.fixture
 def sdk(kube: Kube, namespace: str) -> Client:
     return Client(namespace, kube=kube)
@@ -209,10 +220,7 @@ def test_lifecycle_on_simulated_nodes(sdk: Client, namespace):
 
 @pytest.mark.cluster
 def test_a_failed_job_comes_back_with_its_diagnosis(sdk: Client):
-    sdk.create(MPIJob(name="oom", workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "60s"},
-                      worker_labels={jobs.FAIL_LABEL: "true"},
-                      worker_annotations={jobs.FAIL_REASON: "OOMKilled", jobs.FAIL_EXIT_CODE: "137",
-                                          jobs.FAIL_DELAY: "1s"}, **_simulated()))
+    sdk.create(_failing("oom"))
     done = sdk.wait_for_completion("oom", timeout=90)
     assert done.phase == "Failed" and not done.succeeded
     assert "worker" in done.diagnosis.cause and "OOMKilled" in done.diagnosis.cause, done.diagnosis
@@ -404,9 +412,7 @@ def test_the_job_commands_on_the_real_node(kube, namespace, capsys):
 @pytest.mark.cluster
 def test_wait_exit_codes_for_scripts(kube, namespace, capsys, tmp_path):
     access = ["--kubeconfig", kube.kubeconfig, "-n", namespace]
-    job = MPIJob(name="fails", workers=1, worker_labels={jobs.FAIL_LABEL: "true"},
-                 worker_annotations={jobs.FAIL_DELAY: "1s"}, launcher_annotations={jobs.COMPLETE_AFTER: "60s"},
-                 **_simulated())
+    job = _failing("fails")
     manifest = tmp_path / "job.yaml"
     manifest.write_text(job.to_yaml())
     assert _cli(capsys, "job", "create", "-f", str(manifest), *access)[0] == 0
@@ -439,6 +445,22 @@ def test_the_sc001_snippet_runs_on_the_real_node(kube, namespace, tmp_path):
     print(f"SC-001 snippet: {time.monotonic() - start:.1f}s")
 
 
+def test_a_guardrail_denial_names_the_policy_and_its_numbers():
+    """The API server's wording of a ValidatingAdmissionPolicy denial (the guardrails role's gpu-quota policy);
+    on the cluster, the suite's GRD rows provoke it."""
+    from kubernetes.client.exceptions import ApiException
+
+    err = ApiException(status=422, reason="Unprocessable Entity")
+    err.body = json.dumps({"kind": "Status", "code": 422, "message": (
+        'mpijobs.kubeflow.org "big" is forbidden: ValidatingAdmissionPolicy \'mpiplat-gpu-quota\' with binding '
+        "'mpiplat-gpu-quota' denied request: Requested 16 GPUs (2 workers x 8 GPUs); namespace quota 8, used 0, "
+        "available 8")})
+    found = Client._explain(Client.__new__(Client), err, "create", "team-a", "big")
+    assert isinstance(found, Denied)
+    assert str(found) == ("the cluster's guardrail mpiplat-gpu-quota refuses MPIJob team-a/big: Requested 16 GPUs "
+                          "(2 workers x 8 GPUs); namespace quota 8, used 0, available 8")
+
+
 def test_job_status_phases():
     base = MPIJob(name="s", namespace="n", queue="q").manifest()
 
@@ -454,3 +476,20 @@ def test_job_status_phases():
     assert phase(False, "Created", "Running", "Failed") == "Failed"
     with pytest.raises(JobError, match="until is 'done'; allowed: succeeded, failed, running, finished"):
         Client.wait(Client.__new__(Client), "s", "n", until="done")
+
+
+@pytest.mark.cluster
+@pytest.mark.bare
+def test_a_cluster_without_the_operator_is_named_so():
+    """On a bare cluster (no CRDs: `make test`'s helm lane, before its install), in $KUBECONFIG."""
+    kubeconfig = os.environ.get("KUBECONFIG")
+    assert kubeconfig, "set KUBECONFIG to a bare cluster: MPIPLAT_CLUSTER=NAME mpiplat cluster up --bare"
+    c = Client("default")
+    assert not c.installed()
+    for call in (lambda: c.create(MPIJob(name="x")), lambda: c.get("x"), c.list):
+        with pytest.raises(NotInstalled, match=r"^the MPI Operator is not installed: the cluster serves no "
+                                               r"kubeflow.org/v2beta1 mpijobs"):
+            call()
+    code = subprocess.run([sys.executable, "-m", "mpiplat.cli", "job", "get"], capture_output=True, text=True,
+                          timeout=60)
+    assert code.returncode == 1 and code.stderr.startswith("error: the MPI Operator is not installed"), code
