@@ -53,8 +53,8 @@ class Controller:
         exe = str(build.binary(self.name))
         if self.name == "mpi-operator":  # flags only; health is fixed upstream on :8080
             return [exe, f"--kubeConfig={kubeconfig}", "--lock-namespace=mpi-operator",
-                    f"--monitoring-port={self.metrics_port}", "--threadiness=4", "--kube-api-qps=100",
-                    "--kube-api-burst=200", "--controller-queue-rate-limit=100",
+                    f"--monitoring-port={self.metrics_port}", "--threadiness=8", "--kube-api-qps=500",
+                    "--kube-api-burst=1000", "--controller-queue-rate-limit=100",
                     "--controller-queue-burst=1000", "-alsologtostderr"]
         extra = ["--leader-elect=false"] if self.name == "jobset" else []
         return [exe, f"--config={confdir / 'config.yaml'}", f"--kubeconfig={kubeconfig}", *extra]
