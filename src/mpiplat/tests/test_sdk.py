@@ -189,7 +189,7 @@ def _simulated(**kw) -> dict:
 def _failing(name: str) -> MPIJob:
     """A simulated job whose worker 0 is OOMKilled at once and whose launcher then fails (on KWOK, a launcher
     fails only when told to), so the job ends Failed. AtStartup: the launcher does not wait for the workers."""
-    return MPIJob(name=name, workers=1, launcher_creation_policy="AtStartup",
+    return MPIJob(name=name, workers=2, launcher_creation_policy="AtStartup",
                   worker_labels={jobs.FAIL_LABEL: "true"},
                   worker_annotations={jobs.FAIL_REASON: "OOMKilled", jobs.FAIL_EXIT_CODE: "137", jobs.FAIL_DELAY: "1s"},
                   launcher_labels={jobs.FAIL_LABEL: "true"},
@@ -228,7 +228,7 @@ def test_a_failed_job_comes_back_with_its_diagnosis(sdk: Client):
 
 @pytest.mark.cluster
 def test_a_wait_that_times_out_says_where_the_job_is(sdk: Client):
-    sdk.create(MPIJob(name="slow", workers=1, launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated()))
+    sdk.create(MPIJob(name="slow", workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated()))
     sdk.wait("slow", until="running", timeout=60)
     with pytest.raises(JobTimeout) as err:
         sdk.wait_for_completion("slow", timeout=2)
@@ -335,7 +335,7 @@ def test_suspend_and_resume_of_a_queued_job_act_on_its_workload(sdk: Client, kub
 
 @pytest.mark.cluster
 def test_a_job_without_a_queue_is_suspended_through_its_run_policy(sdk: Client):
-    sdk.create(MPIJob(name="plain", workers=1, launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated()))
+    sdk.create(MPIJob(name="plain", workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated()))
     assert "runPolicy.suspend to true" in sdk.suspend("plain")
     assert sdk.status("plain").phase == "Suspended"
     assert "runPolicy.suspend to false" in sdk.resume("plain")
@@ -420,7 +420,7 @@ def test_wait_exit_codes_for_scripts(kube, namespace, capsys, tmp_path):
     assert code == 1 and "fails Failed" in out and "cause:" in err, (out, err)
     code, out, _ = _cli(capsys, "job", "wait", "fails", "--for", "failed", *access)
     assert code == 0
-    slow = MPIJob(name="slow", workers=1, launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated())
+    slow = MPIJob(name="slow", workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated())
     Client(namespace, kube=kube).create(slow)
     code, _, err = _cli(capsys, "job", "wait", "slow", "--timeout", "1", *access)
     assert code == TIMED_OUT and err.startswith("timed out: MPIJob"), err
