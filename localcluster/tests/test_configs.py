@@ -157,18 +157,25 @@ def test_the_settings_template_falls_back_to_the_role_defaults(tmp_path):
     assert guardrails["guardrails_min_workers"] == LOCAL["guardrails_min_workers"]
 
 
-def test_the_local_gpu_flavor_tolerates_the_kwok_taint(tmp_path):
-    """The local inventory's ResourceFlavor is the tenancy role's default one plus the toleration of the
-    KWOK nodes' taint (there while the local cluster has a real node), which Kueue puts on admitted pods."""
+def test_the_local_gpu_flavors_tolerate_the_kwok_taint(tmp_path):
+    """The local inventory's ResourceFlavors are the tenancy role's default one plus the toleration of the
+    KWOK nodes' taint (there while the local cluster has a real node), which Kueue puts on admitted pods, and a
+    twin of it placed by a Topology of the KWOK nodes' own zone, rack and host labels."""
     role = yaml.safe_load((REPO / "roles/tenancy/defaults/main.yml").read_text())["tenancy_flavors"]
-    [flavor] = LOCAL["tenancy_flavors"]
-    assert {k: v for k, v in flavor.items() if k != "tolerations"} == role[0]
-    assert flavor["tolerations"] == [jobs.KWOK_TOLERATION]
-    rendered = yaml.safe_load(_ansible_template(tmp_path, REPO / "roles/tenancy/templates/resourceflavor.yml.j2",
-                                                "-e", f"@{REPO / 'roles/tenancy/defaults/main.yml'}",
-                                                "-e", json.dumps({"__tenancy_flavor": flavor})))
-    assert rendered["kind"] == "ResourceFlavor" and rendered["metadata"]["name"] == "gpu-h100"
-    assert rendered["spec"] == {"nodeLabels": role[0]["node_labels"], "tolerations": [jobs.KWOK_TOLERATION]}
+    plain, racks = LOCAL["tenancy_flavors"]
+    assert {k: v for k, v in plain.items() if k != "tolerations"} == role[0]
+    assert plain["tolerations"] == racks["tolerations"] == [jobs.KWOK_TOLERATION]
+    assert racks["node_labels"] == plain["node_labels"]
+    [topology] = LOCAL["tenancy_topologies"]
+    assert racks["topology"] == topology["name"]
+    assert topology["levels"] == [nodes.ZONE_LABEL, nodes.RACK_LABEL, "kubernetes.io/hostname"]
+    for flavor, extra in ((plain, {}), (racks, {"topologyName": topology["name"]})):
+        rendered = yaml.safe_load(_ansible_template(tmp_path, REPO / "roles/tenancy/templates/resourceflavor.yml.j2",
+                                                    "-e", f"@{REPO / 'roles/tenancy/defaults/main.yml'}",
+                                                    "-e", json.dumps({"__tenancy_flavor": flavor})))
+        assert rendered["kind"] == "ResourceFlavor" and rendered["metadata"]["name"] == flavor["name"]
+        assert rendered["spec"] == {"nodeLabels": role[0]["node_labels"], "tolerations": [jobs.KWOK_TOLERATION],
+                                    **extra}
 
 
 # ---------------------------------------------------------------- errors: the first line says what to do
