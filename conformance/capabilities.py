@@ -70,6 +70,14 @@ def _gpus(node, gpu_resource: str) -> int:
     return int((node.status.allocatable or {}).get(gpu_resource, "0"))
 
 
+def free_gpus(kube: Kube, node, gpu_resource: str) -> int:
+    """The node's allocatable GPUs less what its running and pending pods request."""
+    pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}").items
+    used = sum(int((c.resources.requests or {}).get(gpu_resource, 0) if c.resources else 0)
+               for p in pods if p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)
+    return _gpus(node, gpu_resource) - used
+
+
 def detect(kube: Kube, gpu_resource: str, overrides: dict[str, bool] | None = None,
            tolerations: Iterable[Mapping] = ()) -> Capabilities:
     """From the nodes: `simulated` when some are KWOK nodes; `pod_network` when a node that is not KWOK

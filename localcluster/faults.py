@@ -237,10 +237,11 @@ class ControllerStopped(Fault):
 
 @dataclass
 class KueueConfigured(Fault):
-    """Kueue restarted with its local configuration less `drop` (dotted keys) or a framework."""
+    """Kueue restarted with its local configuration less `drop` (dotted keys), a framework or feature gates."""
 
     drop: tuple[str, ...] = ()
     framework_off: str = ""
+    gates_off: tuple[str, ...] = ()
 
     def config(self) -> dict:
         ctl = _controller("kueue")
@@ -256,6 +257,8 @@ class KueueConfigured(Fault):
         if self.framework_off:
             frameworks = conf["integrations"]["frameworks"]
             frameworks.remove(self.framework_off)
+        for gate in self.gates_off:
+            conf.setdefault("featureGates", {})[gate] = False
         return conf
 
     def apply(self) -> None:
@@ -266,6 +269,12 @@ class KueueConfigured(Fault):
         if self.saved:
             start_controller("kueue")
             self.saved.clear()
+
+
+# Kueue's TopologyAwareScheduling gate, and the gates on by default in v0.19 that Kueue refuses to run without it.
+KUEUE_TAS_GATES = ("TopologyAwareScheduling", "TASProfileMixed", "TASHandleOverlappingFlavors",
+                   "TASFailedNodeReplacement", "TASFailedNodeReplacementFailFast", "TASReplaceNodeOnPodTermination",
+                   "TASReplaceNodeOnNodeTaints", "TASMultiLayerTopology", "TASRecomputeAssignmentWithinSchedulingCycle")
 
 
 @dataclass
@@ -558,6 +567,9 @@ def matrix() -> list[Fault]:
         KueueConfigured(
             "kueue-no-fairsharing", "Kueue restarted without fairSharing in its configuration",
             {"SCH-07": ("fairSharing is not enabled",)}, drop=("fairSharing",), wait_scale=0.25),
+        KueueConfigured(
+            "kueue-no-tas", "Kueue restarted with Topology Aware Scheduling off (feature gate TopologyAwareScheduling)",
+            {"SCH-06": ("Topology Aware Scheduling",)}, gates_off=KUEUE_TAS_GATES),
         KueueConfigured(
             "kueue-no-mpijob", "Kueue restarted without the kubeflow.org/mpijob integration",
             {"INS-03": ("kubeflow.org/mpijob",)}, framework_off="kubeflow.org/mpijob"),

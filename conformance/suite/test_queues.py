@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime
 
 import pytest
@@ -10,11 +11,31 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
+from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import health
 from mpiplat.conformance.run import RUN_LABEL
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, condition_times, deadline, submit_job, wait_pods, waited
+from mpiplat.conformance.watch import (
+    JOB_LABEL,
+    ROLE_LABEL,
+    all_running,
+    condition_times,
+    deadline,
+    submit_job,
+    wait_pods,
+    waited,
+)
 from mpiplat.diagnose import diagnose
-from mpiplat.kube import CLUSTERQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kind, condition, has_condition
+from mpiplat.kube import (
+    CLUSTERQUEUE,
+    MPIJOB,
+    RESOURCEFLAVOR,
+    TOPOLOGY,
+    TRAINJOB,
+    WORKLOAD,
+    Kind,
+    condition,
+    has_condition,
+)
 from mpiplat.queues import gpu_capacity
 
 PROBE_NAMESPACE = "default"  # namespaced dry runs need an existing namespace; they create nothing
@@ -495,6 +516,151 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
         assert not old & {p.metadata.uid for p in _pods(kube, ns, "stuck")}, "the evicted job's pods were not removed"
         kube.wait_for(MPIJOB, "stuck", ns, lambda j: j["spec"]["runPolicy"].get("suspend") is False, timeout=waited(60),
                       what="resumed (runPolicy.suspend false) after the re-admission")
+    finally:
+        _remove_jobs(kube, ns)
+
+
+# ---- SCH-06
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True)
+class _Topology:
+    """A team whose GPU quota is in a flavor placed by Kueue's Topology Aware Scheduling, and the domains of
+    the level its tests require: {level value: [nodes of the flavor that take the suite's pods]}."""
+
+    team: object
+    name: str
+    level: str
+    domains: dict
+
+
+def _found(kube, kind: Kind, name: str) -> dict | None:
+    try:
+        return kube.get(kind, name)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _topology(kube, settings, place) -> _Topology:
+    """The first settings team whose ClusterQueue has GPU quota in a ResourceFlavor that names a Kueue Topology.
+    The level its jobs require is the Topology's finest level above the hostname (a rack, where the levels are
+    zone, rack, host), or its only one. Fails where no team has one: no job of theirs is placed by topology."""
+    gpu = settings.gpu_resource
+    for team in settings.teams:
+        cq = _found(kube, CLUSTERQUEUE, team.cluster_queue) if team.cluster_queue else None
+        for group in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
+            if gpu not in group.get("coveredResources", []):
+                continue
+            for entry in group.get("flavors") or []:
+                flavor = _found(kube, RESOURCEFLAVOR, entry["name"]) or {}
+                spec = flavor.get("spec") or {}
+                if not spec.get("topologyName"):
+                    continue
+                topology = _found(kube, TOPOLOGY, spec["topologyName"])
+                if not topology:
+                    pytest.fail(f"ResourceFlavor {entry['name']} names Topology {spec['topologyName']}, which does "
+                                "not exist: Kueue's Topology Aware Scheduling cannot place its jobs")
+                levels = [lv["nodeLabel"] for lv in topology["spec"]["levels"]]
+                level = levels[-2] if len(levels) > 1 and levels[-1] == HOSTNAME_LABEL else levels[-1]
+                tolerations = [*place()["tolerations"], *(spec.get("tolerations") or []),
+                               {"key": gpu, "operator": "Exists"}]
+                domains: dict[str, list] = {}
+                for node in kube.core.list_node().items:
+                    labels = node.metadata.labels or {}
+                    if (level in labels and int((node.status.allocatable or {}).get(gpu, "0")) > 0
+                            and all(labels.get(k) == v for k, v in (spec.get("nodeLabels") or {}).items())
+                            and caps.takes_pods(node, tolerations)):
+                        domains.setdefault(labels[level], []).append(node)
+                if not domains:
+                    pytest.fail(f"no node of ResourceFlavor {entry['name']} that takes the suite's pods has the "
+                                f"label {level} (a level of Topology {spec['topologyName']})")
+                return _Topology(team, spec["topologyName"], level, domains)
+    pytest.fail("no ClusterQueue of the settings' teams has GPU quota in a ResourceFlavor that names a Kueue "
+                "Topology (spec.topologyName): Kueue's Topology Aware Scheduling places none of their jobs")
+
+
+@pytest.mark.requirement("SCH-06")
+def test_a_job_that_requires_one_rack_gets_all_its_workers_in_one_rack(kube, run, settings, place, mpijob_spec):
+    """A job of the topology team (_topology) that requires one domain of its level (one rack) and needs more
+    GPUs than any one node has free, so it must span hosts, runs every worker in one domain, with the ranks of
+    each host consecutive (Kueue orders them by the pods' replica index). Where each domain is one node, the job
+    fits one node and shows only that.
+    Fails on a cluster whose Kueue does not place by topology (the default scheduler spreads the workers over
+    racks), or where no team's flavor names a Topology."""
+    tas = _topology(kube, settings, place)
+    gpu, team = settings.gpu_resource, tas.team
+    cap = _idle_capacity(kube, settings, team.cluster_queue)
+    free = {n.metadata.name: caps.free_gpus(kube, n, gpu) for nodes in tas.domains.values() for n in nodes}
+    room = max(sum(free[n.metadata.name] for n in nodes) for nodes in tas.domains.values())
+    # Just more than any one node has free, where a domain has that much room; else all a domain's room.
+    size = min(room if room <= max(free.values()) else max(free.values()) + 2, room, cap.available)
+    workers, per = _shape(size, int(settings.thresholds["min_workers"]))
+    if cap.available < workers * per:
+        pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} GPUs available; needs {size}")
+    ns = run.namespace(team)
+    try:
+        submit_job(kube, _job(mpijob_spec, "one-rack", ns, workers, per, required_topology=tas.level,
+                              launcher_annotations={jobs.COMPLETE_AFTER: LONG}))
+        _admitted(kube, ns, "one-rack", why=f" (it needs {workers * per} GPUs in one {tas.level}; the "
+                  f"largest room in one is {room})")
+        pods = wait_pods(kube, ns, f"{JOB_LABEL}=one-rack,{ROLE_LABEL}=worker", all_running(workers), timeout=120)
+        node_domain = {n.metadata.name: value for value, nodes in tas.domains.items() for n in nodes}
+        placed = sorted((int(p.metadata.labels[jobs.INDEX_LABEL]), p.spec.node_name) for p in pods)
+        domains = sorted({node_domain.get(node, f"{node} (not a node of the flavor)") for _, node in placed})
+        assert len(domains) == 1, (
+            f"the workers of a job that requires one {tas.level} are in {len(domains)} of them ({domains}): "
+            f"Kueue's Topology Aware Scheduling did not keep them together; rank -> node: {placed}")
+        hosts = [node for i, (_, node) in enumerate(placed) if i == 0 or placed[i - 1][1] != node]
+        assert len(hosts) == len(set(hosts)), (
+            f"the ranks on each host are not consecutive (rank -> node: {placed}): Kueue's Topology Aware "
+            "Scheduling did not order them by replica index")
+        run.record("SCH-06", f"GPUs of a job that requires one {tas.level}", workers * per)
+        run.record("SCH-06", f"hosts its workers span in {tas.level} {domains[0]}", len(hosts))
+    finally:
+        _remove_jobs(kube, ns)
+
+
+@pytest.mark.requirement("SCH-06")
+def test_a_job_larger_than_any_rack_waits_saying_so(kube, run, settings, place, mpijob_spec):
+    """A job of the topology team that requires one domain (one rack) and needs more GPUs than the largest
+    domain has, but no more than the team's quota, is not admitted: its Workload waits with Kueue's message
+    that the Topology cannot fit its pods, and it has no pods.
+    Fails on a cluster whose Kueue does not place by topology (it admits the job over several racks). Skipped
+    where the team's quota is not larger than one domain (the job would wait for quota instead)."""
+    tas = _topology(kube, settings, place)
+    gpu, team = settings.gpu_resource, tas.team
+    largest = max(sum(int((n.status.allocatable or {}).get(gpu, "0")) for n in nodes) for nodes in tas.domains.values())
+    cap = _idle_capacity(kube, settings, team.cluster_queue)
+    workers, per = _shape(largest + 2, int(settings.thresholds["min_workers"]))
+    if cap.available < workers * per:
+        pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} GPUs available, not more than the "
+                    f"{largest} of the largest {tas.level}: a job too large for one would wait for quota")
+    ns = run.namespace(team)
+    try:
+        submit_job(kube, _job(mpijob_spec, "too-big", ns, workers, per, required_topology=tas.level))
+        name = _workload(kube, ns, "too-big")["metadata"]["name"]
+
+        def decided(w) -> bool:
+            c = condition(w, "QuotaReserved") or {}
+            return c.get("status") == "True" or "topology" in (c.get("message") or "").lower()
+
+        try:
+            wl = kube.wait_for(WORKLOAD, name, ns, decided, timeout=waited(30), what="Kueue's decision")
+        except TimeoutError as err:
+            pytest.fail(f"a job of {workers * per} GPUs, more than any one {tas.level} has ({largest}), neither "
+                        f"admitted nor held for its topology: {err}")
+        reserved = condition(wl, "QuotaReserved") or {}
+        assert reserved.get("status") != "True", (
+            f"a job that requires one {tas.level} and needs {workers * per} GPUs, more than any one has ({largest}), "
+            f"was admitted: Kueue's Topology Aware Scheduling does not hold it to one {tas.level}")
+        assert f'topology "{tas.name}"' in reserved.get("message", ""), reserved
+        assert _pods(kube, ns, "too-big") == [], "the job that waits has pods"
+        run.record("SCH-06", f"GPUs of the largest {tas.level}", largest)
+        run.record("SCH-06", "GPUs of the job that waits", workers * per)
     finally:
         _remove_jobs(kube, ns)
 

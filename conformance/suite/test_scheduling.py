@@ -15,14 +15,6 @@ WORKERS = 4  # one GPU each
 SELECTOR_KEYS = ("nvidia.com/gpu.product", "topology.kubernetes.io/zone", "mpiplat.io/rack", "kubernetes.io/hostname")
 
 
-def _free_gpus(kube, node, gpu: str) -> int:
-    """The node's allocatable GPUs less what its running and pending pods request."""
-    pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}").items
-    used = sum(int((c.resources.requests or {}).get(gpu, 0) if c.resources else 0)
-               for p in pods if p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)
-    return int((node.status.allocatable or {}).get(gpu, "0")) - used
-
-
 def _candidates(kube, settings, placed: dict) -> list:
     """GPU nodes that a job with placement `placed` (node selector, tolerations) may run on."""
     gpu = settings.gpu_resource
@@ -44,7 +36,7 @@ def test_workers_land_only_on_nodes_matching_the_gpu_selector(kube, run, setting
     if len(nodes) < 2:
         pytest.skip(f"needs 2 GPU nodes that take the suite's pods to show a selector excluding one; found "
                     f"{[n.metadata.name for n in nodes]}")
-    free = {n.metadata.name: _free_gpus(kube, n, gpu) for n in nodes}
+    free = {n.metadata.name: caps.free_gpus(kube, n, gpu) for n in nodes}
     selector, matching = None, set()
     for key in SELECTOR_KEYS:
         for value in sorted({(n.metadata.labels or {}).get(key) for n in nodes} - {None}):
@@ -77,7 +69,7 @@ def test_workers_land_on_tainted_gpu_nodes_only_with_a_toleration(kube, run, set
     for node in _candidates(kube, settings, place()):
         taints = [t for t in node.spec.taints or [] if t.effect in ("NoSchedule", "NoExecute")
                   and t.key != gpu]  # pods that request GPUs may be given a toleration of that key at admission
-        if taints and _free_gpus(kube, node, gpu) >= 2:
+        if taints and caps.free_gpus(kube, node, gpu) >= 2:
             found = (node.metadata.name, taints[0])
             break
     if not found:

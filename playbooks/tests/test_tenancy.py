@@ -23,18 +23,23 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance.placement import placement, pod_spec
-from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, RESOURCEFLAVOR, has_condition, label_selector
+from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, RESOURCEFLAVOR, TOPOLOGY, has_condition, label_selector
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 ROLE_PLAY = "playbooks/tests/tenancy_role.yml"
-FLAVOR = "tn-h100"
+FLAVOR, TAS_FLAVOR, TOPOLOGY_NAME = "tn-h100", "tn-h100-racks", "tn-racks"
+TOPOLOGY_LEVELS = ["mpiplat.io/rack", "kubernetes.io/hostname"]
 ALPHA, BETA = "tn-alpha", "tn-beta"
 CLUSTER_ROLES = ("mpijob-admin", "mpijob-user", "mpijob-viewer")
 RELEASE_NS = "mpiplat-tenants"
 
 TEAMS = {
-    "tenancy_flavors": [{"name": FLAVOR, "node_labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}],
+    # The test's own flavors and Topology (not the inventory's, which site.yml's teams use).
+    "tenancy_flavors": [{"name": FLAVOR, "node_labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+                        {"name": TAS_FLAVOR, "node_labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                         "topology": TOPOLOGY_NAME}],
+    "tenancy_topologies": [{"name": TOPOLOGY_NAME, "levels": TOPOLOGY_LEVELS}],
     "mpiplat_teams": [
         {"name": ALPHA, "gpus": 8, "cpu": 64, "memory": "512Gi", "lending_limit_gpus": 4,
          "admins": [{"kind": "User", "name": "tn-alpha-lead"}],
@@ -128,6 +133,9 @@ def test_cluster_queues_are_active_in_one_cohort_with_the_team_quotas(kube, tena
     assert str(alpha["spec"]["fairSharing"]["weight"]) == "1"
     flavor = kube.get(RESOURCEFLAVOR, FLAVOR)
     assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert kube.get(RESOURCEFLAVOR, TAS_FLAVOR)["spec"]["topologyName"] == TOPOLOGY_NAME
+    levels = kube.get(TOPOLOGY, TOPOLOGY_NAME)["spec"]["levels"]
+    assert [lv["nodeLabel"] for lv in levels] == TOPOLOGY_LEVELS
 
 
 def test_each_team_namespace_has_a_local_queue_to_its_cluster_queue_and_a_gpu_quota(kube, tenancy):
@@ -363,7 +371,7 @@ BAD = {
     "lending_over_nominal": ([{"name": "tn-x", "gpus": 2, "lending_limit_gpus": 3}],
                              r"lending_limit_gpus=3 is more than gpus=2"),
     "unknown_flavor": ([{"name": "tn-x", "flavor": "a100"}],
-                       r"flavor=a100 is not in tenancy_flavors \(allowed: gpu-h100\)"),
+                       r"flavor=a100 is not in tenancy_flavors \(allowed: gpu-h100, gpu-h100-racks\)"),
     "duplicate_names": ([{"name": "tn-x"}, {"name": "tn-x"}], r"duplicates \['tn-x'\]"),
     "shared_namespace": ([{"name": "tn-x"}, {"name": "tn-y", "namespace": "tn-x"}],
                          r"namespaces \['tn-x', 'tn-x'\]: duplicates \['tn-x'\]"),
@@ -396,6 +404,8 @@ def test_state_absent_removes_everything_the_role_created(kube, tenancy):
         assert _gone(lambda t=team: kube.get(CLUSTERQUEUE, t))
         assert _gone(lambda t=team: kube.core.read_namespace(t), timeout=120)
     assert _gone(lambda: kube.get(RESOURCEFLAVOR, FLAVOR))
+    assert _gone(lambda: kube.get(RESOURCEFLAVOR, TAS_FLAVOR))
+    assert _gone(lambda: kube.get(TOPOLOGY, TOPOLOGY_NAME))
     rbac = client.RbacAuthorizationV1Api(kube.api_client)
     assert not _releases(kube)
     try:

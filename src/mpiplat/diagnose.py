@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from mpiplat import queues
-from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, ROLE_LABEL, SSH_PORT
+from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, REQUIRED_TOPOLOGY, ROLE_LABEL, SSH_PORT
 from mpiplat.kube import LOCALQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kube, condition, has_condition
 
 _PULL = "check the image name and tag, the pull secret, or the registry mirror (mpiplat_image_registry)"
@@ -51,6 +51,8 @@ _SSH_FAILED = (
     # "ssh: Could not resolve hostname j-worker-1.j.ns.svc: Temporary failure in name resolution"
     re.compile(r"ssh: (?P<error>Could not resolve hostname (?P<host>[^:\s]+): [^\r\n]+)"),
 )
+# Kueue's Topology Aware Scheduling on a pod set no domain of the required level can hold.
+TOPOLOGY_WAIT = re.compile(r'topology "[^"]+" (allows to fit only|doesn\'t allow to fit)')
 LOG_TAIL_LINES = 500  # mpirun's last words are at the end of the launcher's log
 LOG_TIMEOUT_S = 10
 
@@ -188,6 +190,11 @@ def _queued(kube: Kube, namespace: str, name: str, gpu_resource: str) -> Diagnos
                 * ps.get("count", 1)
     cq_name = (wl.get("status", {}).get("admission") or {}).get("clusterQueue")
     lq_message = (condition(wl, "QuotaReserved") or {}).get("message", "")
+    if TOPOLOGY_WAIT.search(lq_message):
+        return Diagnosis(f"{namespace}/{name}", "Queued", f"queued: no domain of its Topology has room for all its "
+                         f"pods: {lq_message}",
+                         f"the job requires one domain of a Topology level ({REQUIRED_TOPOLOGY}); it starts when "
+                         "running jobs free one. Ask for fewer pods, or require a coarser level", [lq_message])
     cq_name = cq_name or _cluster_queue_of(kube, namespace, wl["spec"].get("queueName", ""))
     cap = None
     if cq_name:

@@ -16,6 +16,8 @@ from mpiplat.errors import MpiplatError
 MPIJOB_API = "kubeflow.org/v2beta1"
 TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Pod-template annotation: the Kueue Topology level (a node label) whose one domain all the pod set's pods share.
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 # Labels mpi-operator puts on an MPIJob's pods (the one definition; the suite and diagnose read them).
 JOB_LABEL = "training.kubeflow.org/job-name"
 ROLE_LABEL = "training.kubeflow.org/job-role"
@@ -67,6 +69,8 @@ NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # ConfigMap, which the caller creates (mpiplat.conformance.workloads.configmap).
 WORKLOADS_CONFIGMAP = "mpiplat-workloads"
 WORKLOADS_DIR = "/opt/mpiplat"
+# A label key: an optional DNS-subdomain prefix and '/', then a name of up to 63 characters.
+LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 WORKLOAD_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 LAUNCHER_CREATION_POLICIES = ("WaitForWorkersReady", "AtStartup")  # mpi-operator v0.8's MPIJobSpec
 CLEAN_POD_POLICIES = ("Running", "All", "None")  # runPolicy.cleanPodPolicy
@@ -125,6 +129,9 @@ class MPIJob:
     # When mpi-operator creates the launcher: WaitForWorkersReady (default) once every worker is Ready (its sshd
     # answers), so mpirun never races a worker that is not up; AtStartup with the workers (the operator's default).
     launcher_creation_policy: str = "WaitForWorkersReady"
+    # Kueue Topology Aware Scheduling: a node label that is a level of the job's flavor's Topology (e.g. a rack
+    # label), one value of which all workers must share; the job waits until one such domain has room for them all.
+    required_topology: str | None = None
     # The manifest this job was loaded from (from_manifest), status included; None for a built job.
     source: dict | None = field(default=None, repr=False, compare=False)
 
@@ -246,6 +253,21 @@ def _set_queue(obj: dict, value, _job) -> None:
         labels.pop(QUEUE_LABEL, None)
 
 
+def _required_topology(obj: dict, default=None):
+    meta = ((((obj.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("template") or {}) \
+        .get("metadata") or {}
+    return (meta.get("annotations") or {}).get(REQUIRED_TOPOLOGY, default)
+
+
+def _set_required_topology(obj: dict, value, _job) -> None:
+    meta = obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"].setdefault("metadata", {})
+    annotations = meta.setdefault("annotations", {})
+    if value:
+        annotations[REQUIRED_TOPOLOGY] = value
+    else:
+        annotations.pop(REQUIRED_TOPOLOGY, None)
+
+
 # The fields a loaded job maps to its manifest: getter(obj, default), setter(obj, value, job). The defaults
 # are the operator's for an absent field (launcherCreationPolicy: AtStartup).
 _RUN_POLICY = ("spec", "runPolicy")
@@ -263,6 +285,7 @@ MAPPED = {
     "clean_pod_policy": _path(*_RUN_POLICY, "cleanPodPolicy"),
     "image": (_image, _set_image),
     "gpus_per_worker": (_gpus, _set_gpus),
+    "required_topology": (_required_topology, _set_required_topology),
 }
 _ABSENT = {"labels": {}, "workers": 1, "slots_per_worker": 1, "implementation": "OpenMPI",
            "launcher_creation_policy": "AtStartup", "suspend": False, "backoff_limit": 6, "clean_pod_policy": "None",
@@ -325,6 +348,9 @@ def _check(spec: MPIJob) -> None:
     if spec.clean_pod_policy not in CLEAN_POD_POLICIES:
         raise JobSpecError(f"clean_pod_policy is {spec.clean_pod_policy!r}; allowed: "
                            f"{', '.join(CLEAN_POD_POLICIES)}")
+    if spec.required_topology is not None and not LABEL_KEY_RE.match(spec.required_topology):
+        raise JobSpecError(f"required_topology is {spec.required_topology!r}; allowed: a node label key (a level "
+                           "of the flavor's Kueue Topology, e.g. topology.kubernetes.io/zone), or None")
     if spec.launcher_restart_policy not in (None, "Never", "OnFailure"):
         raise JobSpecError(f"launcher_restart_policy is {spec.launcher_restart_policy!r}; allowed: Never, OnFailure "
                            "or None (the operator's default)")
@@ -422,7 +448,8 @@ def mpijob(spec: MPIJob) -> dict:
         "replicas": spec.workers,
         "template": {
             "metadata": {"labels": {"sidecar.istio.io/inject": "false", **spec.worker_labels},
-                         "annotations": dict(spec.worker_annotations)},
+                         "annotations": {**spec.worker_annotations, **(
+                             {REQUIRED_TOPOLOGY: spec.required_topology} if spec.required_topology else {})}},
             "spec": {
                 **pod_spec_common,
                 "containers": [{

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "workloads")
 CLUSTERQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues")
 LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues")
 RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors")
+TOPOLOGY = Kind("kueue.x-k8s.io", "v1beta2", "topologies")
 
 
 # Connections kept per API server: enough for the SDK's concurrent requests (AsyncClient's threads).
@@ -198,3 +200,52 @@ def label_selector(sel: dict | None) -> str:
         parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
                       "Exists": key, "DoesNotExist": f"!{key}"}[op])
     return ",".join(parts)
+
+
+class ConditionWatch:
+    """When each object of `kind` in `namespaces` was first seen with each of `conditions` True (monotonic
+    seconds, keyed (namespace, name, condition)): a watch per namespace, opened before it returns, so that an
+    object created after it is never missed. stop() ends the watches (within their 5 s timeout)."""
+
+    def __init__(self, kube: Kube, kind: Kind, namespaces: list[str], conditions: tuple[str, ...]):
+        self.kind, self.conditions = kind, conditions
+        self.seen: dict[tuple[str, str, str], float] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Barrier(len(namespaces) + 1)
+        for ns in namespaces:
+            threading.Thread(target=self._watch, args=(kube, ns), daemon=True).start()
+        self._ready.wait()
+
+    def _watch(self, kube: Kube, namespace: str) -> None:
+        k = self.kind
+        listed = kube.custom.list_namespaced_custom_object(k.group, k.version, namespace, k.plural)
+        self._note(namespace, listed["items"])
+        rv = listed["metadata"]["resourceVersion"]
+        self._ready.wait()
+        while not self._stop.is_set():
+            for ev in watch.Watch().stream(kube.custom.list_namespaced_custom_object, k.group, k.version, namespace,
+                                           k.plural, resource_version=rv, timeout_seconds=5):
+                rv = ev["object"]["metadata"]["resourceVersion"]
+                self._note(namespace, [ev["object"]])
+                if self._stop.is_set():
+                    break
+
+    def _note(self, namespace: str, objs: list[dict]) -> None:
+        now = time.monotonic()
+        for obj in objs:
+            for ctype in self.conditions:
+                key = (namespace, obj["metadata"]["name"], ctype)
+                if key not in self.seen and has_condition(obj, ctype):
+                    self.seen[key] = now
+
+    def wait_for(self, keys: list[tuple[str, str, str]], timeout: float) -> list[tuple[str, str, str]]:
+        """Wait until every key was seen, at most `timeout` seconds; returns those not seen."""
+        until = time.monotonic() + timeout
+        while True:
+            missing = [k for k in keys if k not in self.seen]
+            if not missing or time.monotonic() > until:
+                return missing
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -19,15 +19,14 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from kubernetes import client, watch
+from kubernetes import client
 
 from mpiplat.jobs import MPIJob
-from mpiplat.kube import MPIJOB, Kube, has_condition
+from mpiplat.kube import MPIJOB, ConditionWatch, Kube
 from mpiplat.sdk import AsyncClient
 
 SEED_TARGET_S = 5.0  # the seeds' submit -> Created
@@ -36,43 +35,6 @@ GOAL_P95_S = 0.25  # ours, at 200 concurrent submissions on the local cluster
 
 def _pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
-
-
-class CreatedWatch:
-    """When each job's Created condition was first seen, per namespace (monotonic seconds)."""
-
-    def __init__(self, kube: Kube, namespaces: list[str]):
-        self.seen: dict[tuple[str, str], float] = {}
-        self._stop = threading.Event()
-        self._ready = threading.Barrier(len(namespaces) + 1)
-        self._threads = [threading.Thread(target=self._watch, args=(kube, ns), daemon=True) for ns in namespaces]
-        for t in self._threads:
-            t.start()
-        self._ready.wait()
-
-    def _watch(self, kube: Kube, namespace: str) -> None:
-        rv = kube.custom.list_namespaced_custom_object(MPIJOB.group, MPIJOB.version, namespace,
-                                                       MPIJOB.plural)["metadata"]["resourceVersion"]
-        self._ready.wait()
-        while not self._stop.is_set():
-            w = watch.Watch()
-            for ev in w.stream(kube.custom.list_namespaced_custom_object, MPIJOB.group, MPIJOB.version, namespace,
-                               MPIJOB.plural, resource_version=rv, timeout_seconds=5):
-                obj = ev["object"]
-                rv = obj["metadata"]["resourceVersion"]
-                key = (namespace, obj["metadata"]["name"])
-                if has_condition(obj, "Created") and key not in self.seen:
-                    self.seen[key] = time.monotonic()
-                if self._stop.is_set():
-                    break
-
-    def wait_for(self, keys: list[tuple[str, str]], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not all(k in self.seen for k in keys):
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def _job(name: str, namespace: str) -> MPIJob:
@@ -109,7 +71,7 @@ def _cli(kube: Kube, namespaces: list[str], count: int, concurrency: int) -> dic
 
 def _report(label: str, times: dict, created: dict) -> list[str]:
     calls = [done - start for start, done in times.values()]
-    to_created = [created[k] - start for k, (start, _) in times.items() if k in created]
+    to_created = [created[(*k, "Created")] - start for k, (start, _) in times.items() if (*k, "Created") in created]
     missing = len(times) - len(to_created)
     rows = [f"| {label} | create call | {len(calls)} | {_pct(calls, 50):.3f} | {_pct(calls, 95):.3f} | "
             f"{_pct(calls, 99):.3f} | |"]
@@ -145,16 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     for ns in namespaces:
         kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
             name=ns, labels={"mpiplat.io/test": "submitbench"})))
-    watcher = CreatedWatch(kube, namespaces)
+    watcher = ConditionWatch(kube, MPIJOB, namespaces, ("Created",))
     try:
         print(f"submitting {args.jobs} MPIJobs at once through the SDK into {args.namespaces} namespaces ...",
               flush=True)
         sdk_times = asyncio.run(_sdk(kube, namespaces, args.jobs))
-        watcher.wait_for(list(sdk_times), 120)
+        watcher.wait_for([(*k, "Created") for k in sdk_times], 120)
         print(f"submitting {args.cli_jobs} through `mpiplat job create`, {args.cli_concurrency} at a time ...",
               flush=True)
         cli_times = _cli(kube, namespaces, args.cli_jobs, args.cli_concurrency)
-        watcher.wait_for(list(cli_times), 120)
+        watcher.wait_for([(*k, "Created") for k in cli_times], 120)
         print("| path | latency | jobs | p50 s | p95 s | p99 s | against |\n|---|---|---|---|---|---|---|")
         print("\n".join(_report(f"SDK, {args.jobs} at once", sdk_times, watcher.seen)
                         + _report(f"CLI, {args.cli_concurrency} at a time", cli_times, watcher.seen)))

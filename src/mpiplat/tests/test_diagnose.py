@@ -433,3 +433,20 @@ def test_diagnose_names_the_claim_that_keeps_the_pods_pending():
                            "volume to be created by rancher.io/local-path)"), found
     assert "provisioner" in found.remedy
     assert diagnose(_QuietKube(job, [pod], {"ckpt": "Bound"}), "ns", "j").cause == "no problem found"
+
+
+def test_diagnose_says_when_the_jobs_topology_has_no_room():
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="ns", required_topology="mpiplat.io/rack"))
+    message = 'couldn\'t assign flavors to pod set worker: topology "racks" allows to fit only 8 out of 9 pod(s)'
+    workload = {"metadata": {"name": "mpijob-j", "ownerReferences": [{"name": "j"}]}, "spec": {"podSets": []},
+                "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                           "message": message}]}}
+
+    class _Queued(_QuietKube):
+        def list(self, kind, namespace, label_selector=""):
+            return [workload] if kind == WORKLOAD else []
+
+    found = diagnose(_Queued(job, []), "ns", "j")
+    assert (found.state, found.cause) == ("Queued", f"queued: no domain of its Topology has room for all its pods: "
+                                                    f"{message}"), found
+    assert jobs.REQUIRED_TOPOLOGY in found.remedy

@@ -84,10 +84,11 @@ def test_upstream_yaml_loads_and_dumps_back_without_loss():
 def test_an_edited_loaded_job_changes_only_the_edited_fields():
     job = MPIJob.from_yaml(UPSTREAM)
     job.workers, job.queue, job.gpus_per_worker = 4, "team-a", 1
-    job.launcher_creation_policy = "WaitForWorkersReady"
+    job.launcher_creation_policy, job.required_topology = "WaitForWorkersReady", "mpiplat.io/rack"
     got, want = job.manifest(), yaml.safe_load(UPSTREAM)
     worker = want["spec"]["mpiReplicaSpecs"]["Worker"]
     worker["replicas"] = 4
+    worker["template"].setdefault("metadata", {})["annotations"] = {jobs.REQUIRED_TOPOLOGY: "mpiplat.io/rack"}
     worker["template"]["spec"]["containers"][0]["resources"] = {
         "limits": {"cpu": 1, "memory": "1Gi", jobs.GPU_RESOURCE: "1"}, "requests": {jobs.GPU_RESOURCE: "1"}}
     want["metadata"]["labels"] = {jobs.QUEUE_LABEL: "team-a"}
@@ -96,16 +97,20 @@ def test_an_edited_loaded_job_changes_only_the_edited_fields():
 
 
 def test_a_built_job_round_trips_through_its_manifest():
-    built = MPIJob(name="b", namespace="ns", workers=3, queue="q", gpus_per_worker=2)
+    built = MPIJob(name="b", namespace="ns", workers=3, queue="q", gpus_per_worker=2, required_topology="rack")
     loaded = MPIJob.from_manifest(built.manifest())
     assert loaded.manifest() == built.manifest()
-    assert (loaded.workers, loaded.queue, loaded.gpus_per_worker, loaded.launcher_creation_policy) == (
-        3, "q", 2, "WaitForWorkersReady")
+    assert (loaded.workers, loaded.queue, loaded.gpus_per_worker, loaded.launcher_creation_policy,
+            loaded.required_topology) == (3, "q", 2, "WaitForWorkersReady", "rack")
+    loaded.required_topology = None
+    assert jobs.REQUIRED_TOPOLOGY not in loaded.manifest()["spec"]["mpiReplicaSpecs"]["Worker"]["template"][
+        "metadata"]["annotations"]
 
 
 @pytest.mark.parametrize(("change", "words"), [
     ({"workers": "2"}, ["workers", "'2'", "int"]),
     ({"workers": 0}, ["workers is 0", ">= 1"]),
+    ({"required_topology": "a rack"}, ["required_topology is 'a rack'", "node label key"]),
     ({"command": "hostname"}, ["command", "list[str]"]),
     ({"labels": {"a": 1}}, ["labels", "dict[str, str]"]),
     ({"gpus_per_worker": True}, ["gpus_per_worker", "int"]),
