@@ -19,7 +19,7 @@ SUITE = Path(__file__).resolve().parents[1] / "suite"
 
 def test_local_settings_load_with_defaults():
     s = load()
-    assert [t.name for t in s.teams] == ["team-a", "team-b"]
+    assert [t.name for t in s.teams] == ["team-a", "team-b", "team-c"]
     assert s.teams[0].queue == "team-a-queue" and s.teams[0].cluster_queue == "team-a"
     assert s.thresholds["submit_to_created_p95_s"] == 5 and s.thresholds["pods_ready_timeout_s"] == 60
     assert set(s.images) == {"OpenMPI", "Intel", "MPICH"}

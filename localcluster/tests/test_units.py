@@ -42,11 +42,16 @@ def test_default_node_pools_have_gpu_and_cpu_nodes():
     objs = nodes.manifests(nodes.load())
     gpu = [n for n in objs if nodes.GPU_RESOURCE in n["status"]["allocatable"]]
     cpu = [n for n in objs if nodes.GPU_RESOURCE not in n["status"]["allocatable"]]
-    assert len(gpu) == 4 and len(cpu) == 1
+    assert len(gpu) == 8 and len(cpu) == 1
     assert all(n["status"]["allocatable"][nodes.GPU_RESOURCE] == "8" for n in gpu)
     assert all(n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in gpu)
     assert {n["metadata"]["labels"][nodes.ZONE_LABEL] for n in gpu} == {"zone-a", "zone-b"}
-    assert len({n["metadata"]["labels"][nodes.RACK_LABEL] for n in gpu}) == 4
+    racks: dict[str, set] = {}
+    for n in gpu:  # 4 racks of 2 nodes (SCH-06 needs a rack to span hosts), each rack in one zone
+        labels = n["metadata"]["labels"]
+        racks.setdefault(labels[nodes.RACK_LABEL], set()).add((n["metadata"]["name"], labels[nodes.ZONE_LABEL]))
+    assert len(racks) == 4 and all(len(members) == 2 and len({z for _, z in members}) == 1
+                                   for members in racks.values()), racks
 
 
 @pytest.mark.parametrize("pool, message", [
