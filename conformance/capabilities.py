@@ -66,7 +66,8 @@ def takes_pods(node, tolerations: Iterable[Mapping] = ()) -> bool:
             and all(tolerates(tolerations, t) for t in blocking))
 
 
-def _gpus(node, gpu_resource: str) -> int:
+def gpus(node, gpu_resource: str) -> int:
+    """The node's allocatable GPUs."""
     return int((node.status.allocatable or {}).get(gpu_resource, "0"))
 
 
@@ -75,7 +76,7 @@ def free_gpus(kube: Kube, node, gpu_resource: str) -> int:
     pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}").items
     used = sum(int((c.resources.requests or {}).get(gpu_resource, 0) if c.resources else 0)
                for p in pods if p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)
-    return _gpus(node, gpu_resource) - used
+    return gpus(node, gpu_resource) - used
 
 
 def detect(kube: Kube, gpu_resource: str, overrides: dict[str, bool] | None = None,
@@ -91,7 +92,7 @@ def detect(kube: Kube, gpu_resource: str, overrides: dict[str, bool] | None = No
     # GPU nodes that way (the ExtendedResourceToleration admission plugin adds it).
     gpu_tolerations = [*tolerations, {"key": gpu_resource, "operator": "Exists"}]
     detected = {"simulated": bool(kwok),
-                "gpus": any(_gpus(n, gpu_resource) > 0 and takes_pods(n, gpu_tolerations) for n in real),
+                "gpus": any(gpus(n, gpu_resource) > 0 and takes_pods(n, gpu_tolerations) for n in real),
                 "pod_network": any(takes_pods(n, tolerations) for n in real)}
     overrides = overrides or {}
     return Capabilities(**{**detected, **overrides}, overridden=tuple(sorted(overrides)), kwok_nodes=bool(kwok))

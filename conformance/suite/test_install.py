@@ -7,6 +7,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import health
 from mpiplat.versions import load
 
@@ -133,9 +134,8 @@ def test_no_conflicting_mpijob_v1_and_crd_versions_as_pinned(kube):
 @pytest.mark.requirement("INS-04")
 def test_gpu_nodes_advertise_gpus(kube, settings, run, evidence):
     evidence.partial("DCGM metrics scrape is not checked: no test of the suite scrapes DCGM metrics yet")
-    gpu_nodes = {n.metadata.name: int(n.status.allocatable.get(settings.gpu_resource, "0"))
-                 for n in kube.core.list_node().items
-                 if int((n.status.allocatable or {}).get(settings.gpu_resource, "0")) > 0 and not n.spec.unschedulable}
+    gpu_nodes = {n.metadata.name: caps.gpus(n, settings.gpu_resource) for n in kube.core.list_node().items
+                 if caps.gpus(n, settings.gpu_resource) > 0 and not n.spec.unschedulable}
     assert gpu_nodes, f"no schedulable node advertises {settings.gpu_resource}"
     run.record("INS-04", "schedulable GPU nodes", len(gpu_nodes))
     run.record("INS-04", "GPUs advertised", sum(gpu_nodes.values()))

@@ -571,7 +571,7 @@ def _topology(kube, settings, place) -> _Topology:
                 domains: dict[str, list] = {}
                 for node in kube.core.list_node().items:
                     labels = node.metadata.labels or {}
-                    if (level in labels and int((node.status.allocatable or {}).get(gpu, "0")) > 0
+                    if (level in labels and caps.gpus(node, gpu) > 0
                             and all(labels.get(k) == v for k, v in (spec.get("nodeLabels") or {}).items())
                             and caps.takes_pods(node, tolerations)):
                         domains.setdefault(labels[level], []).append(node)
@@ -633,7 +633,7 @@ def test_a_job_larger_than_any_rack_waits_saying_so(kube, run, settings, place, 
     where the team's quota is not larger than one domain (the job would wait for quota instead)."""
     tas = _topology(kube, settings, place)
     gpu, team = settings.gpu_resource, tas.team
-    largest = max(sum(int((n.status.allocatable or {}).get(gpu, "0")) for n in nodes) for nodes in tas.domains.values())
+    largest = max(sum(caps.gpus(n, gpu) for n in nodes) for nodes in tas.domains.values())
     cap = _idle_capacity(kube, settings, team.cluster_queue)
     workers, per = _shape(largest + 2, int(settings.thresholds["min_workers"]))
     if cap.available < workers * per:

@@ -19,7 +19,7 @@ def _candidates(kube, settings, placed: dict) -> list:
     """GPU nodes that a job with placement `placed` (node selector, tolerations) may run on."""
     gpu = settings.gpu_resource
     return [n for n in kube.core.list_node().items
-            if int((n.status.allocatable or {}).get(gpu, "0")) > 0
+            if caps.gpus(n, gpu) > 0
             and caps.takes_pods(n, [*placed["tolerations"], {"key": gpu, "operator": "Exists"}])
             and all((n.metadata.labels or {}).get(k) == v for k, v in placed["node_selector"].items())]
 

@@ -253,15 +253,14 @@ def _set_queue(obj: dict, value, _job) -> None:
         labels.pop(QUEUE_LABEL, None)
 
 
-def _required_topology(obj: dict, default=None):
-    meta = ((((obj.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("template") or {}) \
-        .get("metadata") or {}
-    return (meta.get("annotations") or {}).get(REQUIRED_TOPOLOGY, default)
+_WORKER_ANNOTATIONS = ("spec", "mpiReplicaSpecs", "Worker", "template", "metadata", "annotations")
+_required_topology = _path(*_WORKER_ANNOTATIONS, REQUIRED_TOPOLOGY)[0]
 
 
 def _set_required_topology(obj: dict, value, _job) -> None:
-    meta = obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"].setdefault("metadata", {})
-    annotations = meta.setdefault("annotations", {})
+    annotations = obj
+    for key in _WORKER_ANNOTATIONS:
+        annotations = annotations.setdefault(key, {})
     if value:
         annotations[REQUIRED_TOPOLOGY] = value
     else:
