@@ -103,6 +103,24 @@ def _runtime_copy(kube, runtime: str, namespace: str, image: str) -> None:
                                    "spec": spec})
 
 
+def _wait_runtime_seen(kube, trainjob: dict, timeout: float = 30) -> None:
+    """Wait until Trainer's validating webhook finds the runtime of `trainjob`: the webhook reads runtimes from
+    its informer cache, so a TrainingRuntime created a moment before is refused as "not found" until that
+    cache has it. Server-side dry runs probe it; any other refusal is raised at once."""
+    meta = trainjob["metadata"]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube.custom.create_namespaced_custom_object(TRAINJOB.group, TRAINJOB.version, meta["namespace"],
+                                                        TRAINJOB.plural, trainjob, dry_run="All")
+            break
+        except ApiException as err:
+            if "runtime" not in str(err.body) or "not found" not in str(err.body) \
+                    or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 @pytest.mark.requirement("JOB-04")
 def test_trainjob_on_mpi_runtime_completes(kube, run, settings, capabilities, trainjob_spec):
     """A TrainJob of 2 nodes on the installed MPI ClusterTrainingRuntime (deepspeed-distributed) completes:
@@ -129,6 +147,7 @@ def test_trainjob_on_mpi_runtime_completes(kube, run, settings, capabilities, tr
     name = "mpi"
     spec = trainjob_spec(name, ns, real=True, num_nodes=2, runtime=plain.runtime, runtime_kind="TrainingRuntime",
                          image=image, workload="allreduce")
+    _wait_runtime_seen(kube, jobs.trainjob(spec))
     start = time.monotonic()
     kube.create(TRAINJOB, jobs.trainjob(spec))
     seen = condition_times(kube, TRAINJOB, name, ns, until=("Complete", "Failed"), timeout=300, start=start)
