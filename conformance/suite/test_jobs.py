@@ -108,7 +108,7 @@ def _wait_runtime_seen(kube, trainjob: dict, timeout: float = 30) -> None:
     its informer cache, so a TrainingRuntime created a moment before is refused as "not found" until that
     cache has it. Server-side dry runs probe it; any other refusal is raised at once."""
     meta = trainjob["metadata"]
-    deadline = time.monotonic() + timeout
+    until = deadline(timeout)
     while True:
         try:
             kube.custom.create_namespaced_custom_object(TRAINJOB.group, TRAINJOB.version, meta["namespace"],
@@ -116,7 +116,7 @@ def _wait_runtime_seen(kube, trainjob: dict, timeout: float = 30) -> None:
             break
         except ApiException as err:
             if "runtime" not in str(err.body) or "not found" not in str(err.body) \
-                    or time.monotonic() > deadline:
+                    or time.monotonic() > until:
                 raise
             time.sleep(0.5)
 
