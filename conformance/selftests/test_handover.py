@@ -130,7 +130,7 @@ class FakeKube:
             raise ApiException(status=400, reason="container not started")
         return "rank 1 allocating\nKilled\n"
 
-    def get(self, kind, name, namespace=None):  # what diagnose reads of the job
+    def find(self, kind, name, namespace=None):  # what diagnose reads of the job
         raise ApiException(status=500, reason="diagnosis unavailable")
 
 

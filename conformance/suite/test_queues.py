@@ -536,31 +536,22 @@ class _Topology:
     domains: dict
 
 
-def _found(kube, kind: Kind, name: str) -> dict | None:
-    try:
-        return kube.get(kind, name)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
 def _topology(kube, settings, place) -> _Topology:
     """The first settings team whose ClusterQueue has GPU quota in a ResourceFlavor that names a Kueue Topology.
     The level its jobs require is the Topology's finest level above the hostname (a rack, where the levels are
     zone, rack, host), or its only one. Fails where no team has one: no job of theirs is placed by topology."""
     gpu = settings.gpu_resource
     for team in settings.teams:
-        cq = _found(kube, CLUSTERQUEUE, team.cluster_queue) if team.cluster_queue else None
+        cq = kube.find(CLUSTERQUEUE, team.cluster_queue) if team.cluster_queue else None
         for group in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
             if gpu not in group.get("coveredResources", []):
                 continue
             for entry in group.get("flavors") or []:
-                flavor = _found(kube, RESOURCEFLAVOR, entry["name"]) or {}
+                flavor = kube.find(RESOURCEFLAVOR, entry["name"]) or {}
                 spec = flavor.get("spec") or {}
                 if not spec.get("topologyName"):
                     continue
-                topology = _found(kube, TOPOLOGY, spec["topologyName"])
+                topology = kube.find(TOPOLOGY, spec["topologyName"])
                 if not topology:
                     pytest.fail(f"ResourceFlavor {entry['name']} names Topology {spec['topologyName']}, which does "
                                 "not exist: Kueue's Topology Aware Scheduling cannot place its jobs")

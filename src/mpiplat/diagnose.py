@@ -223,18 +223,12 @@ def _cluster_queue_of(kube: Kube, namespace: str, local_queue: str) -> str | Non
 
 def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESOURCE) -> Diagnosis:
     job_ref = f"{namespace}/{name}"
-    try:
-        job, kind = kube.get(MPIJOB, name, namespace), "MPIJob"
-    except ApiException as err:
-        if err.status != 404:
-            raise
-        try:
-            job, kind = kube.get(TRAINJOB, name, namespace), "TrainJob"
-        except ApiException as err2:
-            if err2.status == 404:
-                return Diagnosis(job_ref, "NotFound", f"no MPIJob or TrainJob {job_ref}",
-                                 "check the namespace and name (kubectl get mpijobs,trainjobs -A)")
-            raise
+    job, kind = kube.find(MPIJOB, name, namespace), "MPIJob"
+    if job is None:
+        job, kind = kube.find(TRAINJOB, name, namespace), "TrainJob"
+    if job is None:
+        return Diagnosis(job_ref, "NotFound", f"no MPIJob or TrainJob {job_ref}",
+                         "check the namespace and name (kubectl get mpijobs,trainjobs -A)")
     state = next((t for t in ("Failed", "Succeeded", "Complete", "Running", "Suspended", "Created")
                   if has_condition(job, t)), "Pending")
     selector = f"{JOB_LABEL}={name}" if kind == "MPIJob" else f"jobset.sigs.k8s.io/jobset-name={name}"

@@ -126,6 +126,15 @@ class Kube:
                                                             kind.plural, name)
         return self.custom.get_cluster_custom_object(kind.group, kind.version, kind.plural, name)
 
+    def find(self, kind: Kind, name: str, namespace: str | None = None) -> dict | None:
+        """The object, or None where the API answers 404 (no such object, or its kind is not served)."""
+        try:
+            return self.get(kind, name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def patch(self, kind: Kind, name: str, body: dict, namespace: str | None = None) -> dict:
         if namespace:
             return self.custom.patch_namespaced_custom_object(kind.group, kind.version, namespace,

@@ -317,6 +317,9 @@ class _FakeKube:
     def get(self, kind, name, namespace=None):
         return self.job
 
+    def find(self, kind, name, namespace=None):
+        return self.job
+
 
 def _failed_job(name: str, ns: str) -> dict:
     manifest = jobs.mpijob(jobs.MPIJob(name=name, namespace=ns, worker_labels={"team": "a"}))
