@@ -37,7 +37,13 @@ UPSTREAM_STAGES = ("kustomize/stage/node/fast/node-initialize.yaml",
                    "kustomize/stage/pod/fast/pod-ready.yaml",
                    "kustomize/stage/pod/fast/pod-delete.yaml")
 GO_DURATION = re.compile(r"([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+")
-CLIENT_CONNECTION = {"qps": 100, "burst": 200}  # upstream's 20/30 throttles 50 concurrent jobs
+CLIENT_CONNECTION = {"qps": 100, "burst": 200}  # JobSet's: upstream's 20/30 throttles 50 concurrent jobs
+# Every pod change of a job with a Service makes kube-controller-manager write its Endpoints and
+# EndpointSlices; batching them per second halves the API server's writes for SCALE-01's 200 jobs.
+CONTROLLER_MANAGER_PATCH = {"name": "kube-controller-manager", "extraArgs": [
+    {"key": "endpoint-updates-batch-period", "value": "1s"},
+    {"key": "endpointslice-updates-batch-period", "value": "1s"},
+]}
 
 
 # ---------------------------------------------------------------- the checkout's files
@@ -114,7 +120,6 @@ def kueue_host_settings(ctl: Controller, pki: Path) -> dict:
         "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port, "certDir": str(pki)},
         "internalCertManagement": {"enable": False},  # our certificate is in certDir
         "leaderElection": {"leaderElect": False},
-        "clientConnection": dict(CLIENT_CONNECTION),
         "featureGates": {"VisibilityOnDemand": False},  # needs an APIService backed by a Service
     }
 
@@ -182,8 +187,8 @@ def controller_config(ctl: Controller, pki: Path) -> dict | None:
 # ---------------------------------------------------------------- kwokctl
 
 def kwok_config(comps: dict[str, Component], options: dict | None = None, patches: list[dict] | None = None) -> Path:
-    """Write kwokctl's config (local binaries, loopback binding, our Stages) plus extra `options`
-    and componentsPatches (the real node's, see realnode.apiserver_patches); its path."""
+    """Write kwokctl's config (local binaries, loopback binding, our Stages, CONTROLLER_MANAGER_PATCH) plus
+    extra `options` and componentsPatches (the real node's, see realnode.apiserver_patches); its path."""
     ports = control_plane_ports()
     extra, options = options or {}, {
         "runtime": "binary",
@@ -204,7 +209,7 @@ def kwok_config(comps: dict[str, Component], options: dict | None = None, patche
     }
     options |= extra
     conf = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options,
-            **({"componentsPatches": patches} if patches else {})}
+            "componentsPatches": [CONTROLLER_MANAGER_PATCH, *(patches or [])]}
     kwok_dir = module_dir(comps["kwok"])
     path = state_dir() / "kwokctl.yaml"
     path.write_text(yaml.safe_dump_all([conf, *docs([kwok_dir / s for s in UPSTREAM_STAGES]), *docs([STAGES])],

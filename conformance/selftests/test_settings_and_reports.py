@@ -124,13 +124,13 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "| ISO-03 | NetworkPolicies" in md and "| PARTIAL | objects | test_enforced skipped: needs real pods |" in md
     assert "| PASSED | real |" in md and "| SKIPPED | - | needs gpus |" in md
-    assert "- scale_jobs 10, catalog 50 (SCALE-01)" in md
+    assert "- scale_jobs 10, catalog 200 (SCALE-01)" in md
     assert "| objects | 0 | 1 | 0 | 0 |" in md  # the summary by evidence level
 
     page = (tmp_path / "report.html").read_text()
     # It leads with the cluster's identity, then the summary by evidence level, then the rows.
     order = [page.index(s) for s in ("https://10.0.0.1:6443", "2 real (16 GPUs)", "registry.k8s.io/kueue/kueue:v0.14.2",
-                                     "By evidence level", "scale_jobs 10, catalog 50", "<h2>Requirements</h2>")]
+                                     "By evidence level", "scale_jobs 10, catalog 200", "<h2>Requirements</h2>")]
     assert order == sorted(order)
     assert "<tr id='req-ISO-03'><td>ISO-03</td>" in page and ">PARTIAL</span></td><td>objects</td>" in page
     assert "<script" not in page
@@ -140,7 +140,7 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
              for c in junit.iter("testcase")}
     assert ("status", "partial") in props["ISO-03"] and ("evidence", "objects") in props["ISO-03"]
     assert ("test:test_enforced", "skipped none") in props["ISO-03"]
-    assert ("loosened", "scale_jobs 10, catalog 50") in props["SCALE-01"]
+    assert ("loosened", "scale_jobs 10, catalog 200") in props["SCALE-01"]
     assert ("evidence", "real") in props["JOB-01"] and ("evidence", "none") in props["PERF-01"]
 
     checklist = (tmp_path / "checklist.md").read_text()
@@ -149,7 +149,7 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
     assert "| PERF-01 |" in checklist and "| Not shown | - |" in checklist
 
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["requirements"]["SCALE-01"]["loosened"] == ["scale_jobs 10, catalog 50"]
+    assert results["requirements"]["SCALE-01"]["loosened"] == ["scale_jobs 10, catalog 200"]
     assert results["meta"]["nodes"] == CLUSTER["node_summary"]
     assert json.loads((tmp_path / "cluster.json").read_text())["server"] == "https://10.0.0.1:6443"
 

@@ -84,7 +84,7 @@ def test_fails(place):
 '''
 
 SETTINGS = {"teams": [{"name": "a"}], "timeouts": {"test_s": 3000},
-            "thresholds": {"scale_jobs": 200, "scale_namespaces": 2, "failure_to_failed_s": 60}}
+            "thresholds": {"scale_jobs": 800, "scale_namespaces": 2, "failure_to_failed_s": 60}}
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
@@ -136,12 +136,12 @@ def test_requirements_get_their_verdicts_and_the_terminal_says_so(ran):
                        "ISO-03": ("partial", "objects"), "INS-03": ("passed", "objects"),
                        "SCH-03": ("partial", "simulated"), "SCALE-01": ("partial", "objects"),
                        "FAIL-01": ("failed", "simulated")}
-    assert results["requirements"]["SCALE-01"]["loosened"] == ["scale_namespaces 2, catalog 3"]
+    assert results["requirements"]["SCALE-01"]["loosened"] == ["scale_namespaces 2, catalog 4"]
     assert results["requirements"]["FAIL-01"]["loosened"] == ["failure_to_failed_s 60, catalog 30"]
     lines = proc.stdout.splitlines()
     assert any(line.split()[:3] == ["SCH-03", "PARTIAL", "simulated"] and "test_checks_less" in line for line in lines)
     assert any(line.split()[:3] == ["ISO-03", "PARTIAL", "objects"] for line in lines)
-    assert "  threshold looser than the catalog's: scale_namespaces 2, catalog 3 (SCALE-01)" in lines
+    assert "  threshold looser than the catalog's: scale_namespaces 2, catalog 4 (SCALE-01)" in lines
     assert "requirements: 3 passed, 3 partial, 1 failed, 0 skipped" in proc.stdout
 
 

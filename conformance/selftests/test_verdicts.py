@@ -131,15 +131,16 @@ def test_every_catalog_threshold_is_a_setting_whose_default_is_the_catalogs_figu
         assert t.looser in ("lower", "higher"), name
         assert t.rows and set(t.rows) <= set(catalog.REQUIREMENTS), name
         assert defaults[name] == t.default, name
-    assert catalog.THRESHOLDS["scale_jobs"].default == 50 and catalog.THRESHOLDS["scale_workers"].default == 100
+    assert catalog.THRESHOLDS["scale_jobs"].default == 200 and catalog.THRESHOLDS["scale_workers"].default == 512
     assert catalog.THRESHOLDS["failure_to_failed_s"].default == 30
     assert defaults["pods_ready_timeout_s"] == 330  # not a catalog figure: the schema's default
 
 
 @pytest.mark.parametrize("name, value, flagged", [
-    ("scale_jobs", 10, True), ("scale_jobs", 80, False), ("scale_jobs", 50, False),
+    ("scale_jobs", 10, True), ("scale_jobs", 300, False), ("scale_jobs", 200, False),
     ("failure_to_failed_s", 60, True), ("failure_to_failed_s", 10, False),
     ("min_workers", 4, True), ("max_workers", 64, True), ("max_workers", 128, False),
+    ("submit_to_admitted_p95_s", 20, True), ("scale_all_running_s", 30, False),
     ("efficiency_8_nodes", 0.6, True), ("perf03_time_ratio", 0.5, True), ("perf03_time_ratio", 0.2, False),
 ])
 def test_a_threshold_is_flagged_only_when_it_asks_less_than_the_catalog(name, value, flagged):
@@ -149,14 +150,14 @@ def test_a_threshold_is_flagged_only_when_it_asks_less_than_the_catalog(name, va
 
 def test_a_loosened_threshold_makes_its_rows_at_best_partial_and_says_so():
     found = catalog.loosened({"scale_jobs": 10, "admitted_to_running_s": 30})
-    assert found == [{"name": "scale_jobs", "value": 10, "catalog": 50, "rows": ["SCALE-01"],
-                      "text": "scale_jobs 10, catalog 50"}]
+    assert found == [{"name": "scale_jobs", "value": 10, "catalog": 200, "rows": ["SCALE-01"],
+                      "text": "scale_jobs 10, catalog 200"}]
     reqs = verdicts.aggregate([{**_test("many", "passed", "simulated"), "requirement": "SCALE-01"},
                                {**_test("big", "passed", "simulated"), "requirement": "SCALE-02"},
                                {**_test("kill", "failed", "real"), "requirement": "FAIL-01"}],
                               found + catalog.loosened({"failure_to_failed_s": 45}))
     assert reqs["SCALE-01"]["status"] == "partial"
-    assert reqs["SCALE-01"]["message"] == "threshold looser than the catalog's: scale_jobs 10, catalog 50"
+    assert reqs["SCALE-01"]["message"] == "threshold looser than the catalog's: scale_jobs 10, catalog 200"
     assert reqs["SCALE-02"]["status"] == "passed"  # admitted_to_running_s is the catalog's
     assert reqs["FAIL-01"]["status"] == "failed"
     assert reqs["FAIL-01"]["loosened"] == ["failure_to_failed_s 45, catalog 30"]
@@ -172,12 +173,12 @@ def test_per_test_timeouts_come_from_the_settings():
     assert s.test_timeout_s("PERF-03") == 1800 + 2 * 1800
     assert s.test_timeout_s("SCALE-01") == 1800
     slow = parse({"teams": [{"name": "a"}], "timeouts": {"test_s": 3600},
-                  "thresholds": {"pods_ready_timeout_s": 900, "scale_jobs": 200, "scale_workers": 50},
+                  "thresholds": {"pods_ready_timeout_s": 900, "scale_jobs": 800, "scale_workers": 50},
                   "gpu_benchmark": {"nodes": [1, 2], "job_timeout_s": 600}})
     assert slow.test_timeout_s("JOB-10") == 3600
     assert slow.test_timeout_s("SCH-05") == 3600 + 1800
     assert slow.test_timeout_s("PERF-02") == 3600 + 2 * 600
-    assert slow.test_timeout_s("SCALE-01") == 3600 * 4  # 4 times the catalog's 50 jobs
+    assert slow.test_timeout_s("SCALE-01") == 3600 * 4  # 4 times the catalog's 200 jobs
     assert slow.test_timeout_s("SCALE-02") == 3600  # fewer workers than the catalog: no less time
     patient = parse({"teams": [{"name": "a"}], "timeouts": {"wait_scale": 2}})
     assert patient.test_timeout_s("JOB-01") == 2 * 1800  # waits twice as long: so may the test

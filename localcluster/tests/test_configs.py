@@ -66,12 +66,15 @@ def test_kueue_config_is_the_role_template_with_the_local_values_and_host_settin
     assert conf["managedJobsNamespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "kueue-system"]
     assert conf["manageJobsWithoutQueueName"] is False
     # Only what a host process needs differs: addresses on 127.0.0.1, our certificate, one replica.
+    # Its client's rate limit and its reconcilers' concurrency are the role's.
     assert conf["health"] == {"healthProbeBindAddress": "127.0.0.1:31174"}
     assert conf["metrics"] == {"bindAddress": "127.0.0.1:31173"}
     assert conf["webhook"] == {"port": 31172, "host": "127.0.0.1", "certDir": str(tmp_path / "pki")}
     assert conf["internalCertManagement"] == {"enable": False}
     assert conf["leaderElection"] == {**role["leaderElection"], "leaderElect": False}
-    assert conf["clientConnection"] == {"qps": 100, "burst": 200}
+    variables = configs.kueue_vars()
+    assert conf["clientConnection"] == {"qps": variables["kueue_client_qps"], "burst": variables["kueue_client_burst"]}
+    assert conf["controller"]["groupKindConcurrency"] == variables["kueue_controller_concurrency"]
     assert conf["featureGates"] == {"VisibilityOnDemand": False}
     assert set(conf) == set(role) | set(host)
 
@@ -341,3 +344,18 @@ def test_progress_shows_a_spinner_with_elapsed_seconds_on_a_terminal(monkeypatch
     text = out.getvalue()
     assert "waiting for kueue (0s)" in text
     assert "    ... " not in text  # the spinner replaces the plain lines
+
+
+def test_kube_controller_manager_batches_endpoint_updates(tmp_path, monkeypatch):
+    """kwokctl's config passes CONTROLLER_MANAGER_PATCH to kube-controller-manager, beside the real node's
+    patches."""
+    monkeypatch.setattr(configs, "state_dir", lambda: tmp_path)
+    monkeypatch.setattr(configs, "module_dir", lambda comp: tmp_path)
+    monkeypatch.setattr(configs, "docs", lambda paths: [])
+    monkeypatch.setattr(configs.build, "binary", lambda name, comps: tmp_path / name)
+    comps = load()
+    real = [{"name": "kube-apiserver", "extraArgs": [{"key": "bind-address", "value": "0.0.0.0"}]}]
+    conf = next(yaml.safe_load_all(configs.kwok_config(comps, {}, real).read_text()))
+    assert conf["componentsPatches"] == [configs.CONTROLLER_MANAGER_PATCH, *real]
+    kcm = {a["key"]: a["value"] for a in conf["componentsPatches"][0]["extraArgs"]}
+    assert kcm == {"endpoint-updates-batch-period": "1s", "endpointslice-updates-batch-period": "1s"}

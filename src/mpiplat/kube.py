@@ -211,13 +211,21 @@ def label_selector(sel: dict | None) -> str:
     return ",".join(parts)
 
 
+def owner_name(obj: dict) -> str:
+    """The name of the object's first owner (a Workload's job), else its own."""
+    owners = obj["metadata"].get("ownerReferences") or [obj["metadata"]]
+    return owners[0]["name"]
+
+
 class ConditionWatch:
     """When each object of `kind` in `namespaces` was first seen with each of `conditions` True (monotonic
     seconds, keyed (namespace, name, condition)): a watch per namespace, opened before it returns, so that an
-    object created after it is never missed. stop() ends the watches (within their 5 s timeout)."""
+    object created after it is never missed. `name_of` names an object in the keys (default: its own name;
+    owner_name keys a Workload by its job). stop() ends the watches (within their 5 s timeout)."""
 
-    def __init__(self, kube: Kube, kind: Kind, namespaces: list[str], conditions: tuple[str, ...]):
-        self.kind, self.conditions = kind, conditions
+    def __init__(self, kube: Kube, kind: Kind, namespaces: list[str], conditions: tuple[str, ...],
+                 name_of: Callable[[dict], str] = lambda obj: obj["metadata"]["name"]):
+        self.kind, self.conditions, self.name_of = kind, conditions, name_of
         self.seen: dict[tuple[str, str, str], float] = {}
         self._stop = threading.Event()
         self._ready = threading.Barrier(len(namespaces) + 1)
@@ -243,7 +251,7 @@ class ConditionWatch:
         now = time.monotonic()
         for obj in objs:
             for ctype in self.conditions:
-                key = (namespace, obj["metadata"]["name"], ctype)
+                key = (namespace, self.name_of(obj), ctype)
                 if key not in self.seen and has_condition(obj, ctype):
                     self.seen[key] = now
 
