@@ -257,11 +257,22 @@ class ConditionWatch:
 
     def wait_for(self, keys: list[tuple[str, str, str]], timeout: float) -> list[tuple[str, str, str]]:
         """Wait until every key was seen, at most `timeout` seconds; returns those not seen."""
+        return self._wait(lambda: [k for k in keys if k not in self.seen], timeout)
+
+    def wait_any(self, names: list[tuple[str, str]], conditions: tuple[str, ...],
+                 timeout: float) -> list[tuple[str, str]]:
+        """Wait until each (namespace, name) was seen with one of `conditions`, at most `timeout` seconds;
+        returns those not seen so."""
+        return self._wait(lambda: [(ns, n) for ns, n in names
+                                   if not any((ns, n, c) in self.seen for c in conditions)], timeout)
+
+    @staticmethod
+    def _wait(missing: Callable[[], list], timeout: float) -> list:
         until = time.monotonic() + timeout
         while True:
-            missing = [k for k in keys if k not in self.seen]
-            if not missing or time.monotonic() > until:
-                return missing
+            left = missing()
+            if not left or time.monotonic() > until:
+                return left
             time.sleep(0.2)
 
     def stop(self) -> None:
