@@ -41,6 +41,7 @@ class Settings:
     thresholds: dict[str, float]
     gpu_benchmark: dict = field(default_factory=dict)
     storage: dict = field(default_factory=dict)
+    prometheus: dict = field(default_factory=dict)
     timeouts: dict = field(default_factory=dict)
     source: str = ""
     raw: dict = field(default_factory=dict)
@@ -103,6 +104,7 @@ def parse(data: dict, source: str = "<settings>") -> Settings:
         thresholds=thresholds,
         gpu_benchmark=gpu_benchmark,
         storage={**_defaults(props["storage"]), **data.get("storage", {})},
+        prometheus=dict(data.get("prometheus", {})),
         timeouts={**_defaults(props["timeouts"]), **data.get("timeouts", {})},
         source=source,
         raw=data,

@@ -8,11 +8,12 @@ A test's status is pytest's outcome, except that a passed test which checked les
   looser than the catalog's (catalog.loosened);
 - `passed` otherwise.
 
-Evidence levels, weakest first (REQUIREMENTS.md, "Verdicts"): `objects` (API objects and the API
-server's answers; no pod ran), `simulated` (pods on KWOK nodes), `real` (real pods and network). A test's
-level is the strongest placement the suite handed it (placement.level), `objects` when it placed no pod,
-lowered to what the test declares it judged (Evidence.at_most). A requirement's level is the strongest
-its passed and partial tests showed; where none did, that of its failed tests; none when all skipped.
+Evidence levels, weakest first (REQUIREMENTS.md, "Verdicts"): `objects` (API objects and the API server's
+answers; no pod ran), `simulated` (pods on KWOK nodes), `real` (real pods and network). A test's level is
+the strongest placement the suite handed it (placement.level), `objects` when it placed no pod, lowered
+to what the test declares it judged (Evidence.at_most), raised to what it exercised itself
+(Evidence.showed: a live Prometheus). A requirement's level is the strongest its passed and partial tests showed; where
+none did, that of its failed tests; none when all skipped.
 """
 
 from __future__ import annotations
@@ -33,10 +34,17 @@ class Evidence:
     cap: str | None = None
     cap_reason: str = ""
     partial_reasons: list[str] = field(default_factory=list)
+    shown: set[str] = field(default_factory=set)
 
     def placed_pods(self, level: str) -> None:
         _check(level)
         self.placed.add(level)
+
+    def showed(self, level: str) -> None:
+        """The test itself exercised a live system at `level` other than through its pods (e.g. a Prometheus
+        that evaluated the rules under test: real); at_most does not lower it."""
+        _check(level)
+        self.shown.add(level)
 
     def at_most(self, level: str, reason: str) -> None:
         """The test judged no more than `level`, whatever its pods ran on (e.g. it read objects only)."""
@@ -50,8 +58,9 @@ class Evidence:
 
     @property
     def level(self) -> str:
-        shown = max(self.placed, key=LEVELS.index, default="objects")
-        return min(shown, self.cap, key=LEVELS.index) if self.cap else shown
+        placed = max(self.placed, key=LEVELS.index, default="objects")
+        capped = min(placed, self.cap, key=LEVELS.index) if self.cap else placed
+        return max([capped, *self.shown], key=LEVELS.index)
 
     def outcome(self, pytest_outcome: str) -> dict:
         """Status, evidence and what qualifies them, for a test that ended with `pytest_outcome`."""

@@ -19,8 +19,8 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from mpiplat.localcluster import build
-from mpiplat.localcluster.processes import Controller
+from mpiplat.localcluster import build, realnode
+from mpiplat.localcluster.processes import CONTROLLERS, Controller
 from mpiplat.localcluster.state import ClusterError, control_plane_ports, state_dir
 from mpiplat.localcluster.webhooks import docs
 from mpiplat.versions import Component, module_dir
@@ -30,6 +30,9 @@ KUEUE_TEMPLATE = "roles/kueue/templates/manager-config.yaml.j2"
 KUEUE_DEFAULTS = "roles/kueue/defaults/main.yml"
 LOCAL_VARS = "inventories/local/group_vars/all/main.yml"
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
+MONITORING_TEMPLATE = "roles/monitoring/templates/alerts.rules.yml.j2"
+MONITORING_DEFAULTS = "roles/monitoring/defaults/main.yml"
+PROMETHEUS_SA = ("kube-system", "mpiplat-prometheus")
 
 STAGES = Path(__file__).with_name("stages.yaml")
 UPSTREAM_STAGES = ("kustomize/stage/node/fast/node-initialize.yaml",
@@ -73,14 +76,20 @@ def local_vars(prefix: str) -> dict:
     return {k: v for k, v in _yaml_vars(LOCAL_VARS).items() if k.startswith(prefix)}
 
 
-def kueue_vars() -> dict:
-    """The kueue role's defaults overridden by the local inventory (kueue_* only)."""
-    merged = {k: v for k, v in _yaml_vars(KUEUE_DEFAULTS).items() if k.startswith("kueue_")}
-    merged |= local_vars("kueue_")
+def role_vars(defaults: str, prefix: str) -> dict:
+    """A role's defaults overridden by the local inventory (`prefix`* only)."""
+    merged = {k: v for k, v in _yaml_vars(defaults).items() if k.startswith(prefix)}
+    merged |= local_vars(prefix)
     for key, val in merged.items():
         if isinstance(val, str) and ("{{" in val or "{%" in val):
-            raise ClusterError(f"{key} is the Jinja expression {val!r} in {LOCAL_VARS} or {KUEUE_DEFAULTS}; "
+            raise ClusterError(f"{key} is the Jinja expression {val!r} in {LOCAL_VARS} or {defaults}; "
                                "the local cluster needs a plain value there")
+    return merged
+
+
+def kueue_vars() -> dict:
+    """The kueue role's defaults overridden by the local inventory (kueue_* only)."""
+    merged = role_vars(KUEUE_DEFAULTS, "kueue_")
     timeout = str(merged.get("kueue_wait_for_pods_ready_timeout", ""))
     if not GO_DURATION.fullmatch(timeout):
         raise ClusterError(f"kueue_wait_for_pods_ready_timeout is {timeout!r} in {LOCAL_VARS}; "
@@ -100,9 +109,9 @@ def _to_nice_yaml(value, indent: int = 4, **kw) -> str:  # Ansible's `to_nice_ya
     return yaml.safe_dump(value, indent=indent, default_flow_style=False, allow_unicode=True, **kw)
 
 
-def render_kueue_role_config(variables: dict) -> dict:
-    """The kueue role's manager config, rendered like Ansible does (trim_blocks) with `variables`."""
-    path = checkout_file(KUEUE_TEMPLATE)
+def render_role_template(rel: str, variables: dict) -> dict:
+    """A role's YAML template, rendered like Ansible does (trim_blocks) with `variables`."""
+    path = checkout_file(rel)
     env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     env.filters |= {"bool": _to_bool, "to_nice_yaml": _to_nice_yaml}
     try:
@@ -132,7 +141,7 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def kueue_config(ctl: Controller, pki: Path) -> dict:
-    return _merge(render_kueue_role_config(kueue_vars()), kueue_host_settings(ctl, pki))
+    return _merge(render_role_template(KUEUE_TEMPLATE, kueue_vars()), kueue_host_settings(ctl, pki))
 
 
 def install_kueue_metrics_certs(pki: Path) -> None:
@@ -155,6 +164,66 @@ def remove_kueue_metrics_certs(pki: Path) -> None:
         shutil.rmtree(KUEUE_METRICS_CERTS, ignore_errors=True)
 
 
+# ---------------------------------------------------------------- Prometheus
+
+def prometheus_rules() -> dict:
+    """The monitoring role's alert rules (its PrometheusRule's spec), rendered with the local values."""
+    return render_role_template(MONITORING_TEMPLATE, role_vars(MONITORING_DEFAULTS, "monitoring_"))
+
+
+def prometheus_rbac() -> list[dict]:
+    """Prometheus's identity: a ServiceAccount that may read /metrics (Kueue and JobSet check each scrape's
+    token with the API server) and the kubelet's metrics."""
+    ns, name = PROMETHEUS_SA
+    labels = {"app.kubernetes.io/managed-by": "mpiplat-localcluster"}
+    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"mpiplat-localcluster-{name}"}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns, "labels": labels}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": role["name"], "labels": labels},
+         "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+                   {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": role["name"], "labels": labels}, "roleRef": role,
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]},
+    ]
+
+
+def write_prometheus_files(token: str) -> None:
+    """Prometheus's rule file and its ServiceAccount token, beside its config."""
+    confdir = state_dir() / "prometheus"
+    confdir.mkdir(parents=True, exist_ok=True)
+    (confdir / "rules.yml").write_text(yaml.safe_dump(prometheus_rules(), sort_keys=False))
+    (confdir / "token").write_text(token)
+    (confdir / "token").chmod(0o600)
+
+
+def prometheus_config(ctl: Controller) -> dict:
+    """Scrape the host-run controllers, kube-state-metrics and the real node's kubelet (cAdvisor) every
+    monitoring_scrape_interval, and evaluate the rule file as often."""
+    by_name = {c.name: c for c in CONTROLLERS}
+    confdir = state_dir() / ctl.name
+    interval = role_vars(MONITORING_DEFAULTS, "monitoring_")["monitoring_scrape_interval"]
+    secure = {"scheme": "https", "tls_config": {"insecure_skip_verify": True},  # loopback only
+              "authorization": {"credentials_file": str(confdir / "token")}}
+
+    def job(name: str, port: int, host: str = "127.0.0.1", **kw) -> dict:
+        return {"job_name": name, **kw, "static_configs": [{"targets": [f"{host}:{port}"]}]}
+
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [str(confdir / "rules.yml")],
+        "scrape_configs": [
+            job("mpi-operator", by_name["mpi-operator"].metrics_port),
+            job("kueue", by_name["kueue"].metrics_port, **secure),
+            job("jobset", by_name["jobset"].metrics_port, **secure),
+            job("kube-state-metrics", by_name["kube-state-metrics"].metrics_port),
+            job("kubelet-cadvisor", realnode.PORTS["kubelet"], host=realnode.NODE_IP,
+                metrics_path="/metrics/cadvisor", **secure),
+        ],
+    }
+
+
 # ---------------------------------------------------------------- the other controllers
 
 def controller_config(ctl: Controller, pki: Path) -> dict | None:
@@ -172,6 +241,8 @@ def controller_config(ctl: Controller, pki: Path) -> dict | None:
             "internalCertManagement": {"enable": False},
             "clientConnection": dict(CLIENT_CONNECTION),
         }
+    if ctl.name == "prometheus":
+        return prometheus_config(ctl)
     if ctl.name == "trainer-controller-manager":
         return {
             "apiVersion": "config.trainer.kubeflow.org/v1alpha1",

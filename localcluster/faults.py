@@ -620,6 +620,13 @@ def matrix() -> list[Fault]:
             "dashboard-deleted", "the monitoring role's MPIJob Overview dashboard ConfigMap deleted",
             {"INS-05": ("dashboard ConfigMap is missing",)}, kind="configmaps", all_namespaces=True,
             label="grafana_dashboard=1", prefix="mpiplat-mpijob-overview-dashboard"),
+        DeletedObjects(
+            "prometheus-rule-deleted", "the monitoring role's PrometheusRule mpiplat-mpi-training deleted",
+            {"INS-05": ("PrometheusRule mpiplat-mpi-training is missing",)},
+            kind="prometheusrules.monitoring.coreos.com", namespace="mpiplat-monitoring", only="mpiplat-mpi-training"),
+        ControllerStopped(
+            "prometheus-stopped", "the cluster's Prometheus stopped",
+            {rid: ("does not answer",) for rid in ("INS-05", "MON-01", "MON-02", "MON-03")}, controller="prometheus"),
         SchedulerPluginsOff(
             "scheduler-ignores-taints", "kube-scheduler restarted with its TaintToleration filter off: it places pods "
             "on tainted nodes whether they tolerate the taint or not", {"SCH-04": ("not held off",)},

@@ -165,6 +165,7 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
     pools = nodes.load(Path(node_pools)) if node_pools else nodes.load()
     if not bare:
         configs.kueue_vars()
+        processes.debian_prometheus()
     if real:
         realnode.check_host()
     build.build()
@@ -197,6 +198,10 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
     pki = state_dir() / "pki"
     ca = certs.ensure(pki)
     configs.install_kueue_metrics_certs(pki)
+    apply(configs.prometheus_rbac())
+    ns, name = configs.PROMETHEUS_SA
+    configs.write_prometheus_files(kubectl("create", "token", name, f"--namespace={ns}",
+                                           "--duration=8760h").stdout.strip())
     for ctl in processes.CONTROLLERS:
         processes.start(ctl, kubeconfig_path(), pki, configs.controller_config(ctl, pki))
     _wait_controllers(start)

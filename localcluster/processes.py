@@ -1,4 +1,5 @@
-"""The upstream controllers as host processes: which ports they use, starting, stopping, health.
+"""The upstream controllers, kube-state-metrics and Prometheus as host processes: which ports they use,
+starting, stopping, health.
 
 Each controller's pid is in <state>/pids/<name>.pid and its output in <state>/logs/<name>.log.
 """
@@ -50,7 +51,15 @@ class Controller:
         return f"http://127.0.0.1:{self.health_port}{self.health_path}"
 
     def argv(self, kubeconfig: Path, confdir: Path) -> list[str]:
+        if self.name == "prometheus":  # Debian's package, as promtool
+            return [debian_prometheus(), f"--config.file={confdir / 'config.yaml'}",
+                    f"--storage.tsdb.path={confdir / 'data'}", "--storage.tsdb.retention.time=1d",
+                    f"--web.listen-address=127.0.0.1:{self.health_port}", "--web.enable-lifecycle"]
         exe = str(build.binary(self.name))
+        if self.name == "kube-state-metrics":  # health: its own telemetry port
+            return [exe, f"--kubeconfig={kubeconfig}", "--host=127.0.0.1", f"--port={self.metrics_port}",
+                    "--telemetry-host=127.0.0.1", f"--telemetry-port={self.health_port}",
+                    f"--resources={','.join(KUBE_STATE_RESOURCES)}"]
         if self.name == "mpi-operator":  # flags only; health is fixed upstream on :8080
             return [exe, f"--kubeConfig={kubeconfig}", "--lock-namespace=mpi-operator",
                     f"--monitoring-port={self.metrics_port}", "--threadiness=8", "--kube-api-qps=500",
@@ -67,7 +76,20 @@ CONTROLLERS = (
     Controller("kueue", "kueue", health_port=31174, webhook_port=31172, metrics_port=31173),
     Controller("jobset", "jobset", health_port=31177, webhook_port=31175, metrics_port=31176),
     Controller("trainer-controller-manager", "trainer", health_port=31179, webhook_port=31178),
+    Controller("kube-state-metrics", "kube-state-metrics", health_port=31187, health_path="/metrics",
+               metrics_port=31186),
+    Controller("prometheus", "prometheus", health_port=31188, health_path="/-/ready"),
 )
+# What kube-state-metrics exports: the objects the monitoring role's dashboard and alerts query.
+KUBE_STATE_RESOURCES = ("jobs", "namespaces", "nodes", "pods")
+
+
+def debian_prometheus() -> str:
+    exe = shutil.which("prometheus")
+    if not exe:
+        raise ClusterError("prometheus not found: the local cluster runs Debian's (`apt-get install prometheus`, "
+                           "which also gives promtool)")
+    return exe
 
 
 def all_ports() -> list[int]:

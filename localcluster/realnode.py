@@ -320,7 +320,10 @@ def _argv(proc: NodeProcess) -> list[str]:
     if proc.name == "kubelet":
         return [exe, f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={d / 'kubelet.kubeconfig'}",
                 f"--hostname-override={NAME}", f"--node-ip={NODE_IP}", f"--root-dir={d / 'kubelet'}",
-                f"--cert-dir={d / 'kubelet-pki'}", "--node-labels=" + ",".join(f"{k}={v}" for k, v in LABELS.items())]
+                f"--cert-dir={d / 'kubelet-pki'}", "--node-labels=" + ",".join(f"{k}={v}" for k, v in LABELS.items()),
+                # cAdvisor's own flag (deprecated in the kubelet, no config field): without it cAdvisor looks for
+                # /run/containerd and reports no container by pod, which the dashboard's panels query.
+                f"--containerd={_sock()}"]
     if proc.name == "kube-proxy":
         return [exe, f"--config={d / 'kube-proxy.yaml'}"]
     if proc.name == "local-path-provisioner":

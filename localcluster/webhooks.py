@@ -59,9 +59,9 @@ def webhook_configs(comps: dict[str, Component], ca: bytes) -> list[dict]:
     bundle = base64.b64encode(ca).decode()
     out = []
     for ctl in CONTROLLERS:
-        comp = comps[ctl.component]
         if not ctl.webhook_port:
             continue
+        comp = comps[ctl.component]
         for doc in docs(module_files(comp, "webhooks")):
             hooks = []
             for hook in doc.get("webhooks") or []:

@@ -53,6 +53,18 @@ def test_a_test_may_lower_its_level_but_never_raise_it():
         low.placed_pods("pretend")
 
 
+def test_what_a_test_exercised_itself_counts_beyond_a_read_only_cap():
+    """INS-05 creates nothing (read-only: at most objects), yet a live Prometheus evaluated the rules."""
+    e = Evidence()
+    e.at_most("objects", "read-only: it creates nothing")
+    assert e.level == "objects"
+    e.showed("real")
+    assert e.level == "real"
+    assert e.outcome("passed")["evidence_note"] == ""
+    with pytest.raises(ValueError, match="evidence level 'live'"):
+        e.showed("live")
+
+
 def test_a_partial_test_reports_partial_when_it_passes_and_failed_when_it_fails():
     e = Evidence()
     e.partial("checks borrowing only")

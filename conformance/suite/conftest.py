@@ -19,6 +19,7 @@ from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import catalog, handover, report, snapshot, watch
 from mpiplat.conformance.placement import Placement, placement
 from mpiplat.conformance.placement import level as placement_level
+from mpiplat.conformance.prometheus import Prometheus
 from mpiplat.conformance.run import RUN_LABEL, Run
 from mpiplat.conformance.settings import SettingsError, load
 from mpiplat.conformance.verdicts import Evidence
@@ -190,6 +191,16 @@ def mpijob_spec(settings, place):
                            **place(real=real, node_selector=node_selector, tolerations=tolerations), **kw)
 
     return _spec
+
+
+@pytest.fixture(scope="session")
+def prometheus(settings) -> Prometheus:
+    """The settings' Prometheus (mpiplat.conformance.prometheus); a test that asks for it skips where the
+    settings name none."""
+    found = Prometheus.from_settings(settings.prometheus)
+    if found is None:
+        pytest.skip("no prometheus.url in the settings: this row reads the cluster's Prometheus")
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import health
+from mpiplat.conformance.prometheus import Prometheus
 from mpiplat.versions import load
 
 pytestmark = pytest.mark.read_only
@@ -155,10 +156,12 @@ ALERTS = {"MPIJobFailed", "MPIJobPendingTooLong", "ClusterQueueStarved", "GPUsId
 
 
 @pytest.mark.requirement("INS-05")
-def test_monitoring_dashboard_and_rules_present_and_valid(kube, evidence):
+def test_monitoring_dashboard_and_rules_present_and_valid(kube, settings, evidence):
     """The MPIJob Overview dashboard ConfigMap, and the PrometheusRule mpiplat-mpi-training with our alerts.
     Where the Prometheus Operator's PrometheusRule CRD is absent, no rule is in the cluster to evaluate:
-    the row is then partial, never passed."""
+    the row is then partial, never passed. Where the settings name a Prometheus, each alert of that
+    PrometheusRule must be loaded there, with the same query and health ok (a Prometheus whose rule
+    selector misses our PrometheusRule fails the row); otherwise the row judged objects only."""
     cms = kube.core.list_config_map_for_all_namespaces(label_selector="grafana_dashboard=1").items
     ours = [c for c in cms if c.metadata.name == "mpiplat-mpijob-overview-dashboard"]
     assert ours, "the MPIJob Overview dashboard ConfigMap is missing (run site.yml with the monitoring role)"
@@ -174,3 +177,17 @@ def test_monitoring_dashboard_and_rules_present_and_valid(kube, evidence):
     assert found, "PrometheusRule mpiplat-mpi-training is missing (run site.yml with the monitoring role)"
     alerts = {rule.get("alert") for r in found for g in r["spec"].get("groups", []) for rule in g.get("rules", [])}
     assert ALERTS <= alerts, f"PrometheusRule mpiplat-mpi-training lacks the alerts {sorted(ALERTS - alerts)}"
+    prometheus = Prometheus.from_settings(settings.prometheus)
+    if prometheus is None:
+        return
+    wanted = {rule["alert"]: rule["expr"] for r in found for g in r["spec"]["groups"] for rule in g["rules"]
+              if rule.get("alert")}
+    loaded = {r["name"]: r for g in prometheus.rule_groups() for r in g["rules"] if r.get("type") == "alerting"}
+    missing = sorted(set(wanted) - set(loaded))
+    assert not missing, f"Prometheus at {prometheus.url} has not loaded the alerts {missing} of PrometheusRule " \
+                        "mpiplat-mpi-training (does its ruleSelector match the rule's labels?)"
+    differ = sorted(n for n, expr in wanted.items() if "".join(loaded[n]["query"].split()) != "".join(expr.split()))
+    assert not differ, f"Prometheus evaluates other queries than PrometheusRule mpiplat-mpi-training for {differ}"
+    sick = {n: loaded[n].get("lastError") for n in wanted if loaded[n]["health"] != "ok"}
+    assert not sick, f"alert rules failing in Prometheus: {sick}"
+    evidence.showed("real")

@@ -53,7 +53,7 @@ def _ansible_template(tmp_path: Path, src: Path, *extra: str) -> str:
 # ---------------------------------------------------------------- Kueue's config
 
 def test_kueue_config_is_the_role_template_with_the_local_values_and_host_settings(tmp_path):
-    role = configs.render_kueue_role_config(configs.kueue_vars())
+    role = configs.render_role_template(configs.KUEUE_TEMPLATE, configs.kueue_vars())
     conf = configs.kueue_config(KUEUE, tmp_path / "pki")
     host = configs.kueue_host_settings(KUEUE, tmp_path / "pki")
     # The role's settings, with the local inventory's values where it sets them.
@@ -84,7 +84,7 @@ def test_the_rendering_matches_ansibles(tmp_path):
     ansible = yaml.safe_load(_ansible_template(tmp_path, REPO / configs.KUEUE_TEMPLATE,
                                                "-e", f"@{REPO / configs.KUEUE_DEFAULTS}",
                                                "-e", f"@{REPO / configs.LOCAL_VARS}"))
-    assert configs.render_kueue_role_config(configs.kueue_vars()) == ansible
+    assert configs.render_role_template(configs.KUEUE_TEMPLATE, configs.kueue_vars()) == ansible
 
 
 def test_a_change_to_the_role_template_or_the_inventory_reaches_the_local_cluster(checkout, tmp_path):
@@ -144,15 +144,21 @@ def test_local_conformance_settings_agree_with_the_local_inventory(tmp_path):
     # JOB-10's checkpoint volume: the real node's StorageClass, ReadWriteOnce (every worker is on that node).
     assert local.storage == written.storage, "conformance/settings/local.yml storage disagrees with inventories/local"
     assert local.storage == {"storage_class": realnode.STORAGE_CLASS, "access_mode": "ReadWriteOnce", "size": "1Gi"}
+    # The local Prometheus that `up` starts.
+    assert local.prometheus == written.prometheus, "conformance/settings/local.yml prometheus disagrees"
+    prometheus = next(c for c in processes.CONTROLLERS if c.name == "prometheus")
+    assert local.prometheus == {"url": f"http://127.0.0.1:{prometheus.health_port}"}
 
 
 def test_the_settings_template_falls_back_to_the_role_defaults(tmp_path):
     """An inventory that sets none of them gets the roles' defaults (read from the roles' files)."""
     text = _ansible_template(tmp_path, REPO / "playbooks/templates/conformance-settings.yml.j2",
                              "-e", "kueue_wait_for_pods_ready_timeout=10m", "-e", "guardrails_max_workers=64",
-                             "-e", json.dumps({"mpiplat_conformance_images": {}, "mpiplat_conformance_storage": {}}))
+                             "-e", json.dumps({"mpiplat_conformance_images": {}, "mpiplat_conformance_storage": {},
+                                               "mpiplat_conformance_prometheus": {}}))
     assert "images" not in yaml.safe_load(text)  # none set: the suite uses the pinned MPI base images
     assert "storage" not in yaml.safe_load(text)  # none set: the schema's defaults (the default class, RWX)
+    assert "prometheus" not in yaml.safe_load(text)  # none set: the MON rows skip
     thresholds = yaml.safe_load(text)["thresholds"]
     guardrails = yaml.safe_load((REPO / "roles/guardrails/defaults/main.yml").read_text())
     assert thresholds == {"pods_ready_timeout_s": 630, "min_workers": LOCAL["guardrails_min_workers"],
@@ -359,3 +365,23 @@ def test_kube_controller_manager_batches_endpoint_updates(tmp_path, monkeypatch)
     assert conf["componentsPatches"] == [configs.CONTROLLER_MANAGER_PATCH, *real]
     kcm = {a["key"]: a["value"] for a in conf["componentsPatches"][0]["extraArgs"]}
     assert kcm == {"endpoint-updates-batch-period": "1s", "endpointslice-updates-batch-period": "1s"}
+
+
+def test_the_local_prometheus_scrapes_every_metrics_port_with_the_roles_rules(state, tmp_path):
+    """Prometheus's config names each host process that serves metrics, the real node's kubelet, and the
+    monitoring role's rules rendered with the local values, which promtool accepts."""
+    prometheus = next(c for c in processes.CONTROLLERS if c.name == "prometheus")
+    conf = configs.controller_config(prometheus, tmp_path)
+    targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in conf["scrape_configs"]}
+    wanted = {c.name: [f"127.0.0.1:{c.metrics_port}"] for c in processes.CONTROLLERS if c.metrics_port}
+    assert targets == {**wanted, "kubelet-cadvisor": [f"{realnode.NODE_IP}:{realnode.PORTS['kubelet']}"]}
+    assert conf["global"] == {"scrape_interval": "5s", "evaluation_interval": "5s"}
+    configs.write_prometheus_files("t0ken")
+    rules = state / "prometheus" / "rules.yml"
+    assert conf["rule_files"] == [str(rules)]
+    pending = next(r for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"]
+                   if r["alert"] == "MPIJobPendingTooLong")
+    assert pending["for"] == LOCAL["monitoring_pending_too_long"] == "15s"
+    assert (state / "prometheus" / "token").stat().st_mode & 0o077 == 0
+    check = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

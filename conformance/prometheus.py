@@ -1,0 +1,86 @@
+"""The suite's reading of a Prometheus through its HTTP API (settings `prometheus`): instant queries, the
+samples of a range selector, alerts, rule groups and scrape targets."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpiplat.errors import MpiplatError
+
+
+class PrometheusError(MpiplatError, RuntimeError):
+    """Prometheus did not answer, or refused a query; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Prometheus:
+    url: str
+    token: str | None = None
+    ca_file: str | None = None
+
+    @classmethod
+    def from_settings(cls, conf: dict) -> Prometheus | None:
+        """The settings' `prometheus` ({url, token_file, ca_file}), or None where it has no url."""
+        if not conf.get("url"):
+            return None
+        token = None
+        if conf.get("token_file"):
+            try:
+                token = Path(conf["token_file"]).read_text().strip()
+            except OSError as err:
+                raise PrometheusError(f"settings field prometheus.token_file: cannot read {conf['token_file']}: "
+                                      f"{err.strerror}") from err
+        return cls(conf["url"].rstrip("/"), token, conf.get("ca_file"))
+
+    def _get(self, path: str, **params: str) -> dict | list:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        req = urllib.request.Request(f"{self.url}{path}{query}")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        ctx = ssl.create_default_context(cafile=self.ca_file) if self.url.startswith("https") else None
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+                body = json.load(resp)
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")[:300]
+            raise PrometheusError(f"Prometheus at {self.url} refused {path} (HTTP {err.code}): {detail}") from err
+        except (OSError, ValueError) as err:
+            raise PrometheusError(f"Prometheus at {self.url} does not answer {path}: {err}") from err
+        if body.get("status") != "success":
+            raise PrometheusError(f"Prometheus at {self.url}: {path} failed: {body.get('errorType')}: "
+                                  f"{body.get('error')}")
+        return body["data"]
+
+    def query(self, promql: str) -> list[dict]:
+        """An instant query's result: [{metric: {labels}, value: [time, "value"]}] for a vector."""
+        return self._get("/api/v1/query", query=promql)["result"]
+
+    def clock_offset(self) -> float:
+        """Its clock less ours, in seconds (the middle of the call on ours), to compare its timestamps."""
+        before = time.time()
+        server = float(self._get("/api/v1/query", query="time()")["result"][1])
+        return server - (before + time.time()) / 2
+
+    def samples(self, selector: str, window: str) -> list[tuple[float, float]]:
+        """Every (time, value) of `selector`[window], over all its series, oldest first."""
+        series = self.query(f"{selector}[{window}]")
+        return sorted((float(t), float(v)) for s in series for t, v in s["values"])
+
+    def alerts(self) -> list[dict]:
+        """The active alerts: [{labels, state (pending or firing), activeAt, ...}]."""
+        return self._get("/api/v1/alerts")["alerts"]
+
+    def rule_groups(self) -> list[dict]:
+        """The loaded rule groups, each with its rules' name, query, duration and health."""
+        return self._get("/api/v1/rules")["groups"]
+
+    def targets(self) -> list[dict]:
+        """The active scrape targets, each with its labels and health."""
+        return self._get("/api/v1/targets", state="active")["activeTargets"]

@@ -1,0 +1,197 @@
+"""MON: the cluster's Prometheus (settings `prometheus`) sees MPI training: a failed job, a job that waits
+too long for quota, and the data behind each query of the MPIJob Overview dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime
+
+import pytest
+
+from mpiplat import jobs
+from mpiplat.conformance import capabilities as caps
+from mpiplat.conformance.watch import (
+    JOB_LABEL,
+    ROLE_LABEL,
+    all_running,
+    condition_times,
+    deadline,
+    submit_job,
+    wait_pods,
+    waited,
+)
+from mpiplat.kube import MPIJOB
+from mpiplat.queues import gpu_capacity
+
+DASHBOARD = "mpiplat-mpijob-overview-dashboard"
+# cAdvisor's block I/O counters: absent where the kernel does not account block I/O to containers' cgroups.
+DISK_IO = ("container_fs_reads_bytes_total", "container_fs_writes_bytes_total")
+PENDING_WAIT_MAX_S = 300  # MON-02 waits for MPIJobPendingTooLong to fire only where its threshold is below this
+
+
+def _ts(value: str) -> float:
+    """Prometheus's RFC 3339 time (nanoseconds) as epoch seconds."""
+    return datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", value.replace("Z", "+00:00"))).timestamp()
+
+
+def _rule(prometheus, name: str) -> dict:
+    """The loaded alerting rule `name`."""
+    rules = [r for g in prometheus.rule_groups() for r in g["rules"] if r.get("type") == "alerting"]
+    found = [r for r in rules if r["name"] == name]
+    assert found, (f"alert rule {name} is not loaded in Prometheus (it has {sorted(r['name'] for r in rules)}): "
+                   "the monitoring role's PrometheusRule must be selected by this Prometheus")
+    assert found[0]["health"] == "ok", f"alert rule {name}: health {found[0]['health']}: {found[0].get('lastError')}"
+    return found[0]
+
+
+def _firing(prometheus, name: str, **labels: str) -> dict | None:
+    """The firing alert `name` whose labels include `labels`, if any."""
+    for alert in prometheus.alerts():
+        if alert["labels"].get("alertname") == name and alert["state"] == "firing" \
+                and labels.items() <= alert["labels"].items():
+            return alert
+    return None
+
+
+@pytest.mark.requirement("MON-01")
+def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, settings, capabilities, mpijob_spec,
+                                                                 prometheus):
+    """A job that fails raises mpi_operator_jobs_failed_total in Prometheus within metric_visible_s (SC-016:
+    from its Failed condition to the first scraped sample that counts it), and MPIJobFailed is firing at the
+    first evaluation of its rule that follows, within failed_to_alert_s (it may already fire for an earlier
+    failure in its 10-minute window: the time is then that of the evaluation that counted this one).
+    The counter has no labels: the suite's own jobs run one at a time, so the rise is this job's."""
+    t = settings.thresholds
+    _rule(prometheus, "MPIJobFailed")
+    base = prometheus.query("sum(mpi_operator_jobs_failed_total)")
+    assert base, ("Prometheus has no mpi_operator_jobs_failed_total: it does not scrape the MPI Operator, which "
+                  "serves /metrics only when started with --monitoring-port (roles/monitoring/README.md)")
+    before, offset = float(base[0]["value"][1]), prometheus.clock_offset()
+    ns = run.namespace()
+    if capabilities.simulated:  # the launcher fails on its KWOK node
+        spec = mpijob_spec("fails", ns, workers=2, launcher_labels={jobs.FAIL_LABEL: "true"},
+                           launcher_annotations={jobs.FAIL_DELAY: "1s", jobs.FAIL_EXIT_CODE: "1"})
+    elif capabilities.pod_network:  # mpirun fails on real pods
+        spec = mpijob_spec("fails", ns, real=True, workers=2, command=["false"])
+    else:
+        pytest.skip(f"MON-01: {caps.WHY_NOT['simulated']}, or {caps.WHY_NOT['pod_network']}")
+    start, submitted = time.monotonic(), time.time() + offset
+    submit_job(kube, spec)
+    seen = condition_times(kube, MPIJOB, "fails", ns, until=("Failed", "Succeeded"), timeout=120, start=start)
+    assert "Failed" in seen, f"the job made to fail ended {list(seen)}"
+    failed = submitted + seen["Failed"]  # on Prometheus's clock
+    visible = alerted = None
+    until = deadline(max(t["metric_visible_s"], t["failed_to_alert_s"]) + 30)
+    while alerted is None and time.monotonic() < until:
+        if visible is None:
+            rises = [ts for ts, v in prometheus.samples("mpi_operator_jobs_failed_total", "5m")
+                     if v > before and ts >= submitted]
+            visible = min(rises) if rises else None
+        if visible is not None:
+            rule, alert = _rule(prometheus, "MPIJobFailed"), _firing(prometheus, "MPIJobFailed")
+            evaluated = _ts(rule["lastEvaluation"])
+            if alert and evaluated >= visible:
+                alerted = max(evaluated, _ts(alert["activeAt"]))
+        time.sleep(0.5)
+    assert visible is not None, (f"the job's failure never reached Prometheus: mpi_operator_jobs_failed_total "
+                                 f"stayed {before:g} (scrape target health: {_health(prometheus, 'mpi')})")
+    run.record("MON-01", "job Failed -> failure counted in Prometheus", max(0.0, visible - failed), "s",
+               t["metric_visible_s"])
+    assert alerted is not None, f"MPIJobFailed is not firing {waited(t['failed_to_alert_s'] + 30):.0f}s after " \
+                                "Prometheus counted the failure"
+    run.record("MON-01", "job Failed -> MPIJobFailed firing", max(0.0, alerted - failed), "s", t["failed_to_alert_s"])
+    assert visible - failed <= t["metric_visible_s"]
+    assert alerted - failed <= t["failed_to_alert_s"]
+
+
+def _health(prometheus, job: str) -> list[str]:
+    return [f"{x['labels'].get('job')} {x['health']} {x.get('lastError', '')}".strip()
+            for x in prometheus.targets() if job in x["labels"].get("job", "")]
+
+
+@pytest.mark.requirement("MON-02")
+def test_job_queued_too_long_fires_mpijobpendingtoolong(kube, run, settings, mpijob_spec, prometheus, evidence):
+    """A job that asks more GPUs than its team's ClusterQueue can ever admit (FAIL-04's) waits;
+    MPIJobPendingTooLong then fires for that ClusterQueue once the rule's threshold (`for`) has passed. Where
+    the threshold is above PENDING_WAIT_MAX_S, the row checks that the alert is pending, and is partial."""
+    teams = [team for team in settings.teams if team.cluster_queue]
+    if not teams:
+        pytest.skip("no team in the settings has a ClusterQueue: MON-02 needs one to queue a job")
+    team = teams[0]
+    threshold = float(_rule(prometheus, "MPIJobPendingTooLong")["duration"])
+    ns = run.namespace(team)
+    start = time.monotonic()
+    already = _firing(prometheus, "MPIJobPendingTooLong", cluster_queue=team.cluster_queue)
+    cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
+    per_worker = (cap.nominal + cap.borrowable) // 2 + 4  # 2 workers: more than the queue can ever admit
+    submit_job(kube, mpijob_spec("waits", ns, workers=2, gpus_per_worker=per_worker, queue="lq"))
+    wanted = "pending" if threshold > PENDING_WAIT_MAX_S else "firing"
+    until, found = deadline(min(threshold, PENDING_WAIT_MAX_S) + 30), None
+    while found is None and time.monotonic() < until:
+        found = next((a for a in prometheus.alerts() if a["labels"].get("alertname") == "MPIJobPendingTooLong"
+                      and a["labels"].get("cluster_queue") == team.cluster_queue and a["state"] == wanted), None)
+        time.sleep(0.5)
+    waited_s = time.monotonic() - start
+    pods = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=waits").items
+    assert pods == [], f"the job that asks {2 * per_worker} GPUs got pods: {[p.metadata.name for p in pods]}"
+    assert found is not None, (f"MPIJobPendingTooLong is not {wanted} for ClusterQueue {team.cluster_queue} "
+                               f"{waited_s:.0f}s after a job started waiting there (threshold {threshold:g}s); "
+                               f"Kueue's scrape target: {_health(prometheus, 'kueue')}")
+    if wanted == "pending":
+        evidence.partial(f"MPIJobPendingTooLong waits {threshold:g}s, above the {PENDING_WAIT_MAX_S}s this row "
+                         "waits: it was seen pending, not firing")
+    elif already:
+        evidence.partial("MPIJobPendingTooLong already fired for this ClusterQueue before the job was submitted")
+    else:
+        run.record("MON-02", "job waiting -> MPIJobPendingTooLong firing", waited_s, "s")
+        assert waited_s >= threshold, f"it fired {waited_s:.1f}s after the job started waiting, before {threshold:g}s"
+
+
+def _dashboard(kube) -> dict:
+    cms = kube.core.list_config_map_for_all_namespaces(field_selector=f"metadata.name={DASHBOARD}").items
+    assert cms, f"the dashboard ConfigMap {DASHBOARD} is missing (run site.yml with the monitoring role)"
+    return json.loads(next(iter(cms[0].data.values())))
+
+
+@pytest.mark.requirement("MON-03")
+def test_dashboard_queries_return_data_for_a_running_job(kube, run, capabilities, mpijob_spec, prometheus, evidence):
+    """The installed MPIJob Overview dashboard, for a job running on real pods beside one that finished: each
+    panel query, with $namespace and $job set to them, and the queries behind both variables return data.
+    DCGM's GPU panels need GPU nodes: elsewhere they are left out and the row is partial."""
+    if not capabilities.pod_network:
+        pytest.skip(f"MON-03: {caps.WHY_NOT['pod_network']} (container metrics come from the kubelet)")
+    dashboard = _dashboard(kube)
+    ns = run.namespace()
+    submit_job(kube, mpijob_spec("done", ns, real=True, workers=2))
+    condition_times(kube, MPIJOB, "done", ns, until=("Succeeded", "Failed"), timeout=120)
+    submit_job(kube, mpijob_spec("busy", ns, real=True, workers=2, command=["sleep", "60"]))
+    wait_pods(kube, ns, f"{JOB_LABEL}=busy,{ROLE_LABEL}=launcher", all_running(1), timeout=120)
+    queries = {"variable namespace": f'kube_pod_info{{namespace="{ns}"}}',
+               "variable job": f'mpi_operator_job_info{{namespace="{ns}",launcher="busy-launcher"}}'}
+    for panel in dashboard["panels"]:
+        for i, target in enumerate(panel.get("targets", [])):
+            expr = target["expr"].replace("$namespace", ns).replace("$job", "busy")
+            queries[f"panel {panel['id']} {panel['title']!r} query {i + 1}"] = expr
+    gpu = sorted(k for k, q in queries.items() if "DCGM_" in q)
+    if not capabilities.gpus:
+        evidence.partial(f"the GPU panels need DCGM metrics from GPU nodes; not checked: {gpu}")
+        queries = {k: q for k, q in queries.items() if k not in gpu}
+    disk = {k for k, q in queries.items() if any(m in q for m in DISK_IO)}
+
+    def no_block_io() -> bool:  # cAdvisor reports this job's containers, and no block I/O of any container
+        return bool(prometheus.query(f'container_cpu_usage_seconds_total{{namespace="{ns}",container!=""}}')) \
+            and not any(prometheus.query(f"count({m})") for m in DISK_IO)
+
+    until = deadline(90)  # the duration panel's subquery steps by 1m: a job's first step can be a minute away
+    empty = sorted(queries)
+    while empty and time.monotonic() < until and not (set(empty) <= disk and no_block_io()):
+        time.sleep(1)
+        empty = [k for k in empty if not prometheus.query(queries[k])]
+    if set(empty) & disk and no_block_io():
+        evidence.partial(f"the nodes account no block I/O to containers: the kubelet's cAdvisor exports no "
+                         f"{' or '.join(DISK_IO)} at all, so {sorted(set(empty) & disk)} have no data")
+        empty = [k for k in empty if k not in disk]
+    assert not empty, f"dashboard queries without data: {[(k, queries[k]) for k in empty]}"
+    run.record("MON-03", "dashboard queries with data", len(queries))
