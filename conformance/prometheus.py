@@ -68,10 +68,9 @@ class Prometheus:
         server = float(self._get("/api/v1/query", query="time()")["result"][1])
         return server - (before + time.time()) / 2
 
-    def samples(self, selector: str, window: str) -> list[tuple[float, float]]:
-        """Every (time, value) of `selector`[window], over all its series, oldest first."""
-        series = self.query(f"{selector}[{window}]")
-        return sorted((float(t), float(v)) for s in series for t, v in s["values"])
+    def samples(self, selector: str, window: str) -> list[list[tuple[float, float]]]:
+        """The (time, value) samples of `selector`[window], a list per series, oldest first."""
+        return [[(float(t), float(v)) for t, v in s["values"]] for s in self.query(f"{selector}[{window}]")]
 
     def alerts(self) -> list[dict]:
         """The active alerts: [{labels, state (pending or firing), activeAt, ...}]."""

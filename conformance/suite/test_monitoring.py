@@ -86,8 +86,9 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
     until = deadline(max(t["metric_visible_s"], t["failed_to_alert_s"]) + 30)
     while alerted is None and time.monotonic() < until:
         if visible is None:
-            rises = [ts for ts, v in prometheus.samples("mpi_operator_jobs_failed_total", "5m")
-                     if v > before and ts >= submitted]
+            rises = [t1 for series in prometheus.samples("mpi_operator_jobs_failed_total", "5m")
+                     for (_, v0), (t1, v1) in zip(series, series[1:], strict=False)
+                     if t1 >= submitted and (v1 > v0 or 0 < v1 < v0)]  # v1 < v0: the operator restarted
             visible = min(rises) if rises else None
         if visible is not None:
             rule, alert = _rule(prometheus, "MPIJobFailed"), _firing(prometheus, "MPIJobFailed")
@@ -163,6 +164,7 @@ def test_dashboard_queries_return_data_for_a_running_job(kube, run, capabilities
     if not capabilities.pod_network:
         pytest.skip(f"MON-03: {caps.WHY_NOT['pod_network']} (container metrics come from the kubelet)")
     dashboard = _dashboard(kube)
+    down = [t for t in _health(prometheus, "") if " up" not in t]  # before any job: a Prometheus that answers
     ns = run.namespace()
     submit_job(kube, mpijob_spec("done", ns, real=True, workers=2))
     condition_times(kube, MPIJOB, "done", ns, until=("Succeeded", "Failed"), timeout=120)
@@ -193,5 +195,6 @@ def test_dashboard_queries_return_data_for_a_running_job(kube, run, capabilities
         evidence.partial(f"the nodes account no block I/O to containers: the kubelet's cAdvisor exports no "
                          f"{' or '.join(DISK_IO)} at all, so {sorted(set(empty) & disk)} have no data")
         empty = [k for k in empty if k not in disk]
-    assert not empty, f"dashboard queries without data: {[(k, queries[k]) for k in empty]}"
+    assert not empty, f"dashboard queries without data: {[(k, queries[k]) for k in empty]}; scrape targets " \
+                      f"not up when the test began: {down}"
     run.record("MON-03", "dashboard queries with data", len(queries))

@@ -117,8 +117,17 @@ def test_dashboard_queries_name_real_metrics():
             assert names <= known, (panel["title"], names - known)
 
 
+# (plural, name, namespace) of what the role applies where the Prometheus Operator's CRDs exist
+MONITORING_OBJECTS = [("prometheusrules", "mpiplat-mpi-training", "mpiplat-monitoring"),
+                      ("podmonitors", "mpi-operator", "mpi-operator"), ("servicemonitors", "kueue", "kueue-system")]
+
+
 @pytest.mark.cluster
-def test_role_applies_the_dashboard_and_says_why_it_skips_operator_objects(kube, ansible_env, tmp_path):
+def test_role_applies_dashboard_rules_and_monitors_and_skips_a_monitor_without_its_namespace(kube, ansible_env,
+                                                                                            tmp_path):
+    """The local cluster has the Prometheus Operator's CRDs and no gpu-operator namespace: the role applies
+    the dashboard, the PrometheusRule and the mpi-operator and Kueue monitors, says why it skips the DCGM
+    exporter's, and removes them all with state absent."""
     play = tmp_path / "monitoring.yml"
     play.write_text(yaml.safe_dump([{
         "name": "Monitoring", "hosts": "all", "gather_facts": False,
@@ -132,7 +141,10 @@ def test_role_applies_the_dashboard_and_says_why_it_skips_operator_objects(kube,
     try:
         run = subprocess.run(cmd + ["-e", "state=present"], cwd=ROOT, env=env, capture_output=True, text=True)
         assert run.returncode == 0, run.stdout[-3000:]
-        assert "the Prometheus Operator CRDs (monitoring.coreos.com) are not installed" in " ".join(run.stdout.split())
+        assert "skipped ServiceMonitor/nvidia-dcgm-exporter: namespace gpu-operator does not exist" in \
+            " ".join(run.stdout.split()), run.stdout[-3000:]
+        for plural, name, ns in MONITORING_OBJECTS:
+            kube.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", ns, plural, name)
         cm = kube.core.read_namespaced_config_map("mpiplat-mpijob-overview-dashboard", "mpiplat-monitoring")
         assert cm.metadata.labels["grafana_dashboard"] == "1"
         assert json.loads(cm.data["mpijob-overview.json"])["uid"] == DASHBOARD["uid"]
@@ -146,6 +158,9 @@ def test_role_applies_the_dashboard_and_says_why_it_skips_operator_objects(kube,
         gone = subprocess.run(cmd + ["-e", "state=absent"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert gone.returncode == 0, gone.stdout[-3000:]
     assert "mpiplat-kueue-metrics-reader" not in [b.metadata.name for b in rbac.list_cluster_role_binding().items]
+    for plural, name, ns in MONITORING_OBJECTS[1:]:  # the PrometheusRule goes with its namespace, below
+        items = kube.custom.list_namespaced_custom_object("monitoring.coreos.com", "v1", ns, plural)["items"]
+        assert name not in [o["metadata"]["name"] for o in items], f"{plural} {ns}/{name} left behind"
     # The role deletes the namespace without waiting (see roles/monitoring/tasks/main.yml).
     deadline = time.monotonic() + 120
     while "mpiplat-monitoring" in [n.metadata.name for n in kube.core.list_namespace().items]:
