@@ -6,7 +6,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup build demo test test-offline test-helm test-stack stack-tenancy stack-sdk stack-others lint clean-cluster
+.PHONY: setup build demo test test-offline test-helm test-stack stack-rest stack-tenancy stack-sdk stack-others lint clean-cluster
 
 setup: $(VENV)/.installed
 
@@ -34,20 +34,23 @@ demo: build
 
 BUNDLE ?= /tmp/mpiplat-test-bundle
 
-# Three lanes at once, each line of output prefixed with its lane (they mostly wait on API servers):
-#   offline: lint, then every test not marked `cluster` (unit, charts, MPI workloads, reports);
+# Two lanes at once, each line of output prefixed with its lane (they mostly wait on API servers):
 #   helm:    on a bare cluster of its own (MPIPLAT_CLUSTER=helm): the `bare` tests, then molecule `helm`
 #            from a fresh bundle;
 #   stack:   molecule `default` on the full local cluster with its real node (it leaves the stack and
 #            the teams installed), then the conformance suite's `cluster` profile (simulated and real
-#            pods), then the fault matrix (alone: it breaks the stack one fault at a time), then the other
-#            `cluster` tests in three processes (local cluster, playbooks, selftests: they share the
-#            cluster, not objects), then the `last` one, which stops the cluster.
+#            pods); then the offline lane beside the rest of the stack lane (stack-rest).
+#   offline: lint, then every test not marked `cluster` (unit, charts, MPI workloads, reports). It is
+#            CPU-bound, so it starts once the installs and the suite's timed runs are done, beside the
+#            fault matrix, which mostly waits.
+#   stack-rest: the fault matrix (alone on the cluster: it breaks the stack one fault at a time), then the
+#            other `cluster` tests in three processes (they share the cluster, not objects), then the `last`
+#            one, which stops the cluster.
 test: build
-	@$(MAKE) --no-print-directory -j3 test-offline test-helm test-stack
+	@$(MAKE) --no-print-directory -j2 test-helm test-stack
 
 test-offline: setup
-	{ $(MAKE) --no-print-directory lint && MPIPLAT_OFFLINE=1 $(BIN)/pytest -m "not cluster" -p no:cacheprovider \
+	{ unset KUBECONFIG && $(MAKE) --no-print-directory lint && MPIPLAT_OFFLINE=1 $(BIN)/pytest -m "not cluster" -p no:cacheprovider \
 	  --durations=10; } 2>&1 | sed -u 's/^/[offline] /'
 
 test-helm: build
@@ -62,15 +65,20 @@ test-stack: build
 	{ $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up && eval "$$($(BIN)/mpiplat cluster env)" \
 	  && $(BIN)/molecule test -s default \
 	  && $(BIN)/pytest conformance/suite --profile cluster --durations=10 \
-	  && $(BIN)/pytest -m faults -p no:cacheprovider \
-	  && $(MAKE) --no-print-directory -j3 stack-tenancy stack-sdk stack-others \
-	  && $(BIN)/pytest -m "cluster and last" -p no:cacheprovider; } 2>&1 \
+	  && $(MAKE) --no-print-directory -j2 test-offline stack-rest; } 2>&1 \
 	  | sed -u 's/^/[stack] /'
 
-# The stack lane's other `cluster` tests, split in three about equal parts (they mostly wait on the cluster).
+stack-rest:
+	$(BIN)/pytest -m faults -p no:cacheprovider \
+	  && $(MAKE) --no-print-directory -j3 stack-tenancy stack-sdk stack-others \
+	  && $(BIN)/pytest -m "cluster and last" -p no:cacheprovider
+
+# The stack lane's other `cluster` tests, split in three about equal parts (they mostly wait on the cluster):
+# the tenants role's tests (5 min: each of their playbook runs takes half a minute), the SDK with the monitoring
+# role and the suite's interrupt selftests (3.5 min), and the rest (4 min).
 STACK_TESTS   = -m "cluster and not faults and not last and not bare" -p no:cacheprovider --durations=10
-STACK_TENANCY = playbooks/tests/test_tenancy.py playbooks/tests/test_monitoring.py
-STACK_SDK     = src/mpiplat/tests/test_sdk.py
+STACK_TENANCY = playbooks/tests/test_tenancy.py
+STACK_SDK     = src/mpiplat/tests/test_sdk.py playbooks/tests/test_monitoring.py conformance/selftests/test_interrupt.py
 
 stack-tenancy:
 	$(BIN)/pytest $(STACK_TESTS) $(STACK_TENANCY) 2>&1 | sed -u 's/^/[tenancy] /'

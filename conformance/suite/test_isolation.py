@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 from kubernetes import client
@@ -273,11 +274,12 @@ PROBE_FOR_S = 10
 UNGUARDED_WITHIN_S = 60
 
 
-def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str], placed: Placement,
-           within: float = PROBE_FOR_S) -> str:
-    """A pod that tries to connect to ip:PROBE_PORT for up to `within` seconds; returns OPEN as soon
-    as one connection succeeds, else CLOSED. (A network plugin programs a new pod's policy rules a
-    moment after the pod starts, so one early attempt could be refused although the pod is admitted.)"""
+def _start_probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str], placed: Placement,
+                 within: float = PROBE_FOR_S) -> Callable[[], str]:
+    """Starts a pod that tries to connect to ip:PROBE_PORT for up to `within` seconds and prints OPEN as
+    soon as one connection succeeds, else CLOSED; returns a function that waits for it and returns that
+    word. (A network plugin programs a new pod's policy rules a moment after the pod starts, so one early
+    attempt could be refused although the pod is admitted.)"""
     tries = int(within / 0.5)
     script = (f"for i in $(seq {tries}); do if timeout 1 bash -c '</dev/tcp/{ip}/{PROBE_PORT}' 2>/dev/null; "
               "then echo OPEN; exit 0; fi; sleep 0.5; done; echo CLOSED")
@@ -290,9 +292,12 @@ def _probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str]
                  "containers": [{"name": "probe", "image": image, "command": ["bash", "-c", script],
                                  "securityContext": container_security,
                                  "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}})
-    wait_pods(kube, ns, f"mpiplat.io/probe={labels['mpiplat.io/probe']}",
-              lambda pods: bool(pods) and pods[0].status.phase in ("Succeeded", "Failed"), timeout=180)
-    return kube.core.read_namespaced_pod_log(name, ns).strip()
+
+    def result() -> str:
+        wait_pods(kube, ns, f"mpiplat.io/probe={labels['mpiplat.io/probe']}",
+                  lambda pods: bool(pods) and pods[0].status.phase in ("Succeeded", "Failed"), timeout=180)
+        return kube.core.read_namespaced_pod_log(name, ns).strip()
+    return result
 
 
 @pytest.mark.requirement("ISO-03", needs=["pod_network"])
@@ -310,11 +315,13 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
     pods = wait_pods(kube, ns, f"{JOB_LABEL}=np,{ROLE_LABEL}=worker", all_running(2), timeout=300)
     ip = pods[0].status.pod_ip
     _wait_ranks_report(kube, ns, "np", {p.metadata.name for p in pods}, timeout=jobs.LAUNCHER_SSH_WAIT_S + 60)
-    inside = _probe(kube, ns, "probe-inside", ip, image,
-                    {"mpiplat.io/probe": "inside", JOB_LABEL: "np", ROLE_LABEL: "launcher"}, place(real=True))
     outsider_ns = run.namespace()
-    outside = _probe(kube, outsider_ns, "probe-outside", ip, image, {"mpiplat.io/probe": "outside"},
-                     place(real=True))
+    # Both probes at once: the outside one takes its whole PROBE_FOR_S when the policies hold.
+    probes = [_start_probe(kube, ns, "probe-inside", ip, image,
+                           {"mpiplat.io/probe": "inside", JOB_LABEL: "np", ROLE_LABEL: "launcher"}, place(real=True)),
+              _start_probe(kube, outsider_ns, "probe-outside", ip, image, {"mpiplat.io/probe": "outside"},
+                           place(real=True))]
+    inside, outside = (probe() for probe in probes)
     assert inside == "OPEN", f"a launcher-role pod in the job's namespace could not reach {ip}:{PROBE_PORT}: {inside}"
     assert outside == "CLOSED", (f"a pod in namespace {outsider_ns} reached worker {ip}:{PROBE_PORT}: the "
                                  "NetworkPolicies exist but are not enforced (does the cluster's CNI support them?)")
@@ -324,8 +331,8 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
     net = client.NetworkingV1Api(kube.api_client)
     for pol in net.list_namespaced_network_policy(ns).items:
         net.delete_namespaced_network_policy(pol.metadata.name, ns)
-    unguarded = _probe(kube, outsider_ns, "probe-unguarded", ip, image, {"mpiplat.io/probe": "unguarded"},
-                       place(real=True), within=UNGUARDED_WITHIN_S)
+    unguarded = _start_probe(kube, outsider_ns, "probe-unguarded", ip, image, {"mpiplat.io/probe": "unguarded"},
+                             place(real=True), within=UNGUARDED_WITHIN_S)()
     assert unguarded == "OPEN", (f"with the policies removed, a pod in namespace {outsider_ns} still could not "
                                  f"reach worker {ip}:{PROBE_PORT} ({unguarded}): the probe cannot tell enforcement "
                                  "from a broken pod network")

@@ -288,6 +288,10 @@ def test_gang_two_jobs_that_fit_alone_but_not_together(kube, run, settings, mpij
         _remove_jobs(kube, ns)
 
 
+# How long the first job of SCH-02 runs: ample for submitting the queued job while it runs.
+HOG_S = 15
+
+
 @pytest.mark.requirement("SCH-02")
 def test_queued_job_is_admitted_when_quota_frees(kube, run, settings, mpijob_spec, request):
     """A job waits while a first one (the hog) holds too many of the team's GPUs for both, and is admitted
@@ -304,7 +308,7 @@ def test_queued_job_is_admitted_when_quota_frees(kube, run, settings, mpijob_spe
         pytest.skip(f"ClusterQueue {team.cluster_queue} has {cap.available} GPUs available; needs {3 * lo - 2}")
     ns = run.namespace(team)
     try:
-        submit_job(kube, _sized_job(mpijob_spec, settings, "hog", ns, hog, **_after("30s")))
+        submit_job(kube, _sized_job(mpijob_spec, settings, "hog", ns, hog, **_after(f"{HOG_S}s")))
         condition_times(kube, MPIJOB, "hog", ns, until=("Running",), timeout=ADMISSION_TIMEOUT_S)
         submit_job(kube, _job(mpijob_spec, "next", ns, lo, gpus_per_worker=2, **_after("2s")))
         created = _ts(_workload(kube, ns, "next")["metadata"]["creationTimestamp"])
@@ -317,7 +321,7 @@ def test_queued_job_is_admitted_when_quota_frees(kube, run, settings, mpijob_spe
                                            f"{finished:%H:%M:%S}, queued job admitted {admitted:%H:%M:%S} (UTC)")
         assert created < finished, (f"the queued job's Workload was created at {created:%H:%M:%S}, not before the "
                                     f"first job finished at {finished:%H:%M:%S}: it never had to wait (the cluster "
-                                    "was slower than the first job's 30 s)")
+                                    f"was slower than the first job's {HOG_S} s)")
         assert admitted >= finished, (f"the queued job got its quota at {admitted:%H:%M:%S}, before the first job "
                                       f"finished at {finished:%H:%M:%S}: both ran although they do not fit together")
         seen = condition_times(kube, MPIJOB, "next", ns, until=("Succeeded", "Failed"), timeout=180)
