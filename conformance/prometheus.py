@@ -1,5 +1,5 @@
 """The suite's reading of a Prometheus through its HTTP API (settings `prometheus`): instant queries, the
-samples of a range selector, alerts, rule groups and scrape targets."""
+samples of a range selector, alerts, alerting rules and scrape targets."""
 
 from __future__ import annotations
 
@@ -76,9 +76,10 @@ class Prometheus:
         """The active alerts: [{labels, state (pending or firing), activeAt, ...}]."""
         return self._get("/api/v1/alerts")["alerts"]
 
-    def rule_groups(self) -> list[dict]:
-        """The loaded rule groups, each with its rules' name, query, duration and health."""
-        return self._get("/api/v1/rules")["groups"]
+    def alerting_rules(self) -> dict[str, dict]:
+        """The loaded alerting rules by name, each with its query, duration, health and last evaluation."""
+        return {r["name"]: r for g in self._get("/api/v1/rules")["groups"] for r in g["rules"]
+                if r.get("type") == "alerting"}
 
     def targets(self) -> list[dict]:
         """The active scrape targets, each with its labels and health."""

@@ -20,7 +20,7 @@ import jinja2
 import yaml
 
 from mpiplat.localcluster import build, realnode
-from mpiplat.localcluster.processes import CONTROLLERS, Controller
+from mpiplat.localcluster.processes import Controller, conf_dir, controller
 from mpiplat.localcluster.state import ClusterError, control_plane_ports, state_dir
 from mpiplat.localcluster.webhooks import docs
 from mpiplat.versions import Component, module_dir
@@ -191,7 +191,7 @@ def prometheus_rbac() -> list[dict]:
 
 def write_prometheus_files(token: str) -> None:
     """Prometheus's rule file and its ServiceAccount token, beside its config."""
-    confdir = state_dir() / "prometheus"
+    confdir = conf_dir(controller("prometheus"))
     confdir.mkdir(parents=True, exist_ok=True)
     (confdir / "rules.yml").write_text(yaml.safe_dump(prometheus_rules(), sort_keys=False))
     (confdir / "token").write_text(token)
@@ -201,8 +201,7 @@ def write_prometheus_files(token: str) -> None:
 def prometheus_config(ctl: Controller) -> dict:
     """Scrape the host-run controllers, kube-state-metrics and the real node's kubelet (cAdvisor) every
     monitoring_scrape_interval, and evaluate the rule file as often."""
-    by_name = {c.name: c for c in CONTROLLERS}
-    confdir = state_dir() / ctl.name
+    confdir = conf_dir(ctl)
     interval = role_vars(MONITORING_DEFAULTS, "monitoring_")["monitoring_scrape_interval"]
     secure = {"scheme": "https", "tls_config": {"insecure_skip_verify": True},  # loopback only
               "authorization": {"credentials_file": str(confdir / "token")}}
@@ -214,10 +213,10 @@ def prometheus_config(ctl: Controller) -> dict:
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(confdir / "rules.yml")],
         "scrape_configs": [
-            job("mpi-operator", by_name["mpi-operator"].metrics_port),
-            job("kueue", by_name["kueue"].metrics_port, **secure),
-            job("jobset", by_name["jobset"].metrics_port, **secure),
-            job("kube-state-metrics", by_name["kube-state-metrics"].metrics_port),
+            job("mpi-operator", controller("mpi-operator").metrics_port),
+            job("kueue", controller("kueue").metrics_port, **secure),
+            job("jobset", controller("jobset").metrics_port, **secure),
+            job("kube-state-metrics", controller("kube-state-metrics").metrics_port),
             job("kubelet-cadvisor", realnode.PORTS["kubelet"], host=realnode.NODE_IP,
                 metrics_path="/metrics/cadvisor", **secure),
         ],

@@ -200,10 +200,6 @@ class ChangedObject(Fault):
 
 # ---------------------------------------------------------------- controllers and the real node
 
-def _controller(name: str) -> processes.Controller:
-    return next(c for c in processes.CONTROLLERS if c.name == name)
-
-
 def _wait_controller(ctl: processes.Controller, timeout: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout
     while not processes.healthy(ctl):
@@ -214,7 +210,7 @@ def _wait_controller(ctl: processes.Controller, timeout: float = WAIT_S) -> None
 
 def start_controller(name: str, config: dict | None = None) -> None:
     """(Re)start a host-run controller with `config` (default: the local cluster's own), until healthy."""
-    ctl = _controller(name)
+    ctl = processes.controller(name)
     pki = state_dir() / "pki"
     processes.stop(ctl)
     processes.start(ctl, kubeconfig_path(), pki, config if config is not None else configs.controller_config(ctl, pki))
@@ -227,10 +223,10 @@ class ControllerStopped(Fault):
 
     def apply(self) -> None:
         self.saved.append(True)
-        processes.stop(_controller(self.controller))
+        processes.stop(processes.controller(self.controller))
 
     def undo(self) -> None:
-        if self.saved or not processes.running_pid(processes.pid_file(_controller(self.controller))):
+        if self.saved or not processes.running_pid(processes.pid_file(processes.controller(self.controller))):
             start_controller(self.controller)
         self.saved.clear()
 
@@ -244,7 +240,7 @@ class KueueConfigured(Fault):
     gates_off: tuple[str, ...] = ()
 
     def config(self) -> dict:
-        ctl = _controller("kueue")
+        ctl = processes.controller("kueue")
         conf = configs.controller_config(ctl, state_dir() / "pki")
         for key in self.drop:
             *path, last = key.split(".")

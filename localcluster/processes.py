@@ -98,6 +98,16 @@ def all_ports() -> list[int]:
     return sorted(set(control_plane_ports().values()) | controllers)
 
 
+def controller(name: str) -> Controller:
+    """The controller of CONTROLLERS called `name`."""
+    return next(c for c in CONTROLLERS if c.name == name)
+
+
+def conf_dir(ctl: Controller) -> Path:
+    """Where start() writes a controller's config.yaml, and its other files go."""
+    return state_dir() / ctl.name
+
+
 def pid_file(ctl: Controller) -> Path:
     return state_dir() / "pids" / f"{ctl.name}.pid"
 
@@ -150,7 +160,7 @@ def start(ctl: Controller, kubeconfig: Path, pki: Path, config: dict | None) -> 
     if busy:
         raise ClusterError(f"cannot start {ctl.name}: port(s) {busy} already in use by another process; "
                            "free them (`ss -ltnp` shows which) or run `mpiplat cluster down`")
-    confdir = state_dir() / ctl.name
+    confdir = conf_dir(ctl)
     confdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     if config is not None:

@@ -182,7 +182,7 @@ def test_monitoring_dashboard_and_rules_present_and_valid(kube, settings, eviden
         return
     wanted = {rule["alert"]: rule["expr"] for r in found for g in r["spec"]["groups"] for rule in g["rules"]
               if rule.get("alert")}
-    loaded = {r["name"]: r for g in prometheus.rule_groups() for r in g["rules"] if r.get("type") == "alerting"}
+    loaded = prometheus.alerting_rules()
     missing = sorted(set(wanted) - set(loaded))
     assert not missing, f"Prometheus at {prometheus.url} has not loaded the alerts {missing} of PrometheusRule " \
                         "mpiplat-mpi-training (does its ruleSelector match the rule's labels?)"

@@ -38,18 +38,18 @@ def _ts(value: str) -> float:
 
 def _rule(prometheus, name: str) -> dict:
     """The loaded alerting rule `name`."""
-    rules = [r for g in prometheus.rule_groups() for r in g["rules"] if r.get("type") == "alerting"]
-    found = [r for r in rules if r["name"] == name]
-    assert found, (f"alert rule {name} is not loaded in Prometheus (it has {sorted(r['name'] for r in rules)}): "
-                   "the monitoring role's PrometheusRule must be selected by this Prometheus")
-    assert found[0]["health"] == "ok", f"alert rule {name}: health {found[0]['health']}: {found[0].get('lastError')}"
-    return found[0]
+    rules = prometheus.alerting_rules()
+    assert name in rules, (f"alert rule {name} is not loaded in Prometheus (it has {sorted(rules)}): "
+                           "the monitoring role's PrometheusRule must be selected by this Prometheus")
+    rule = rules[name]
+    assert rule["health"] == "ok", f"alert rule {name}: health {rule['health']}: {rule.get('lastError')}"
+    return rule
 
 
-def _firing(prometheus, name: str, **labels: str) -> dict | None:
-    """The firing alert `name` whose labels include `labels`, if any."""
+def _alert(prometheus, name: str, state: str = "firing", **labels: str) -> dict | None:
+    """The alert `name` in `state` (pending or firing) whose labels include `labels`, if any."""
     for alert in prometheus.alerts():
-        if alert["labels"].get("alertname") == name and alert["state"] == "firing" \
+        if alert["labels"].get("alertname") == name and alert["state"] == state \
                 and labels.items() <= alert["labels"].items():
             return alert
     return None
@@ -91,7 +91,7 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
                      if t1 >= submitted and (v1 > v0 or 0 < v1 < v0)]  # v1 < v0: the operator restarted
             visible = min(rises) if rises else None
         if visible is not None:
-            rule, alert = _rule(prometheus, "MPIJobFailed"), _firing(prometheus, "MPIJobFailed")
+            rule, alert = _rule(prometheus, "MPIJobFailed"), _alert(prometheus, "MPIJobFailed")
             evaluated = _ts(rule["lastEvaluation"])
             if alert and evaluated >= visible:
                 alerted = max(evaluated, _ts(alert["activeAt"]))
@@ -124,15 +124,14 @@ def test_job_queued_too_long_fires_mpijobpendingtoolong(kube, run, settings, mpi
     threshold = float(_rule(prometheus, "MPIJobPendingTooLong")["duration"])
     ns = run.namespace(team)
     start = time.monotonic()
-    already = _firing(prometheus, "MPIJobPendingTooLong", cluster_queue=team.cluster_queue)
+    already = _alert(prometheus, "MPIJobPendingTooLong", cluster_queue=team.cluster_queue)
     cap = gpu_capacity(kube, team.cluster_queue, settings.gpu_resource)
     per_worker = (cap.nominal + cap.borrowable) // 2 + 4  # 2 workers: more than the queue can ever admit
     submit_job(kube, mpijob_spec("waits", ns, workers=2, gpus_per_worker=per_worker, queue="lq"))
     wanted = "pending" if threshold > PENDING_WAIT_MAX_S else "firing"
     until, found = deadline(min(threshold, PENDING_WAIT_MAX_S) + 30), None
     while found is None and time.monotonic() < until:
-        found = next((a for a in prometheus.alerts() if a["labels"].get("alertname") == "MPIJobPendingTooLong"
-                      and a["labels"].get("cluster_queue") == team.cluster_queue and a["state"] == wanted), None)
+        found = _alert(prometheus, "MPIJobPendingTooLong", wanted, cluster_queue=team.cluster_queue)
         time.sleep(0.5)
     waited_s = time.monotonic() - start
     pods = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=waits").items

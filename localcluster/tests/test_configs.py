@@ -24,7 +24,7 @@ from mpiplat.versions import load
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
-KUEUE = next(c for c in processes.CONTROLLERS if c.name == "kueue")
+KUEUE = processes.controller("kueue")
 LOCAL = yaml.safe_load((REPO / configs.LOCAL_VARS).read_text())
 
 
@@ -146,7 +146,7 @@ def test_local_conformance_settings_agree_with_the_local_inventory(tmp_path):
     assert local.storage == {"storage_class": realnode.STORAGE_CLASS, "access_mode": "ReadWriteOnce", "size": "1Gi"}
     # The local Prometheus that `up` starts.
     assert local.prometheus == written.prometheus, "conformance/settings/local.yml prometheus disagrees"
-    prometheus = next(c for c in processes.CONTROLLERS if c.name == "prometheus")
+    prometheus = processes.controller("prometheus")
     assert local.prometheus == {"url": f"http://127.0.0.1:{prometheus.health_port}"}
 
 
@@ -370,7 +370,7 @@ def test_kube_controller_manager_batches_endpoint_updates(tmp_path, monkeypatch)
 def test_the_local_prometheus_scrapes_every_metrics_port_with_the_roles_rules(state, tmp_path):
     """Prometheus's config names each host process that serves metrics, the real node's kubelet, and the
     monitoring role's rules rendered with the local values, which promtool accepts."""
-    prometheus = next(c for c in processes.CONTROLLERS if c.name == "prometheus")
+    prometheus = processes.controller("prometheus")
     conf = configs.controller_config(prometheus, tmp_path)
     targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in conf["scrape_configs"]}
     wanted = {c.name: [f"127.0.0.1:{c.metrics_port}"] for c in processes.CONTROLLERS if c.metrics_port}
