@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -31,6 +32,9 @@ ISTIO = "mpiplat-istio-sidecar"
 LATENCY_LIMIT_S = 2.0
 LATENCIES: dict[str, float] = {}
 RUN_LABEL = {"mpiplat.io/guardrails-test": uuid.uuid4().hex[:8]}
+# The worker range the role enforces here: the local inventory's, which the play reads.
+_LOCAL = yaml.safe_load((ROOT / "inventories/local/group_vars/all/main.yml").read_text())
+LO, HI = _LOCAL["guardrails_min_workers"], _LOCAL["guardrails_max_workers"]
 
 pytestmark = pytest.mark.cluster
 
@@ -294,18 +298,21 @@ def test_gpu_quota_is_not_enforced_without_a_labelled_quota(kube, role):
 # ---- (b) worker count
 
 @pytest.mark.parametrize(("kind", "obj", "expected"), [
-    (MPIJOB, lambda ns: mpijob(ns, workers=1), "MPIJob worker count 1 is outside the allowed range 2..100"),
-    (MPIJOB, lambda ns: mpijob(ns, workers=101), "MPIJob worker count 101 is outside the allowed range 2..100"),
-    (TRAINJOB, lambda ns: trainjob(ns, num_nodes=1), "TrainJob numNodes 1 is outside the allowed range 2..100"),
-], ids=["mpijob-1", "mpijob-101", "trainjob-1"])
+    (MPIJOB, lambda ns: mpijob(ns, workers=LO - 1),
+     f"MPIJob worker count {LO - 1} is outside the allowed range {LO}..{HI}"),
+    (MPIJOB, lambda ns: mpijob(ns, workers=HI + 1),
+     f"MPIJob worker count {HI + 1} is outside the allowed range {LO}..{HI}"),
+    (TRAINJOB, lambda ns: trainjob(ns, num_nodes=LO - 1),
+     f"TrainJob numNodes {LO - 1} is outside the allowed range {LO}..{HI}"),
+], ids=["mpijob-below", "mpijob-above", "trainjob-below"])
 def test_worker_count_outside_the_range_is_rejected(kube, ns, role, kind, obj, expected, request):
     assert reject(kube, kind, obj(ns), f"worker-count {request.node.callspec.id}") == expected
 
 
 def test_worker_count_within_the_range_is_admitted(kube, ns, role):
-    admit(kube, MPIJOB, mpijob(ns, "two-workers", workers=2))
-    admit(kube, MPIJOB, mpijob(ns, "hundred-workers", workers=100))
-    admit(kube, TRAINJOB, trainjob(ns, "two-nodes", num_nodes=2))
+    admit(kube, MPIJOB, mpijob(ns, "fewest-workers", workers=LO))
+    admit(kube, MPIJOB, mpijob(ns, "most-workers", workers=HI))
+    admit(kube, TRAINJOB, trainjob(ns, "fewest-nodes", num_nodes=LO))
 
 
 # ---- (c) names with dots
