@@ -27,6 +27,7 @@ from mpiplat.conformance.watch import (
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import (
     CLUSTERQUEUE,
+    LOCALQUEUE,
     MPIJOB,
     RESOURCEFLAVOR,
     TOPOLOGY,
@@ -141,6 +142,26 @@ def _capacity(kube, settings, cluster_queue: str, timeout: float = 30):
         time.sleep(0.5)
 
 
+def _workloads_by_queue(kube) -> dict[str, dict[str, int]]:
+    """Per ClusterQueue, its unfinished Workloads that reserve quota and those that wait, counted from the
+    Workloads themselves: Kueue's ClusterQueue status counters can lag (a waiting Workload deleted with its
+    namespace stays in pendingWorkloads until something else updates the ClusterQueue)."""
+    lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"].get("clusterQueue")
+           for q in kube.custom.list_cluster_custom_object(LOCALQUEUE.group, LOCALQUEUE.version,
+                                                           LOCALQUEUE.plural)["items"]}
+    out: dict[str, dict[str, int]] = {}
+    for w in kube.custom.list_cluster_custom_object(WORKLOAD.group, WORKLOAD.version, WORKLOAD.plural)["items"]:
+        admitted = ((w.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        reserving = bool(admitted) and has_condition(w, "QuotaReserved")
+        if has_condition(w, "Finished") or (w["metadata"].get("deletionTimestamp") and not reserving):
+            continue
+        cq = admitted if reserving else lqs.get((w["metadata"]["namespace"], w["spec"].get("queueName")))
+        if cq:
+            counts = out.setdefault(cq, {"reserving": 0, "pending": 0})
+            counts["reserving" if reserving else "pending"] += 1
+    return out
+
+
 def _idle_capacity(kube, settings, cluster_queue: str, timeout: float = 60):
     """_capacity of the ClusterQueue once every ClusterQueue of its cohort holds and queues nothing: the
     rows that show an order of events (who waits, who is admitted, who is preempted) need no other job
@@ -150,10 +171,9 @@ def _idle_capacity(kube, settings, cluster_queue: str, timeout: float = 60):
         cap = _capacity(kube, settings, cluster_queue)
         cqs = kube.custom.list_cluster_custom_object(CLUSTERQUEUE.group, CLUSTERQUEUE.version, CLUSTERQUEUE.plural)
         cohort = next((_cohort(c) for c in cqs["items"] if c["metadata"]["name"] == cluster_queue), "")
-        busy = {c["metadata"]["name"]: {k: (c.get("status") or {}).get(k) for k in ("reservingWorkloads",
-                                                                                   "pendingWorkloads")}
-                for c in cqs["items"] if c["metadata"]["name"] == cluster_queue or (cohort and _cohort(c) == cohort)}
-        busy = {name: st for name, st in busy.items() if any(st.values())}
+        members = {c["metadata"]["name"] for c in cqs["items"]
+                   if c["metadata"]["name"] == cluster_queue or (cohort and _cohort(c) == cohort)}
+        busy = {name: st for name, st in _workloads_by_queue(kube).items() if name in members}
         if not busy:
             return cap
         if time.monotonic() > until:
