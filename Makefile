@@ -33,10 +33,12 @@ demo: build
 	  && $(BIN)/mpiplat conformance run --profile cluster --settings inventories/local/conformance-settings.yml --report-dir reports/demo
 
 BUNDLE ?= /tmp/mpiplat-test-bundle
+# molecule/helm's mpiplat_image_registry: the helm cluster's real node has the controller images so named.
+MIRROR = mirror.example.com/mpiplat
 
 # Two lanes at once, each line of output prefixed with its lane (they mostly wait on API servers):
-#   helm:    on a bare cluster of its own (MPIPLAT_CLUSTER=helm): the `bare` tests, then molecule `helm`
-#            from a fresh bundle;
+#   helm:    on a bare cluster of its own (MPIPLAT_CLUSTER=helm; its real node in namespaces of its own):
+#            the `bare` tests, then molecule `helm` from a fresh bundle, the controllers as real pods;
 #   stack:   molecule `default` on the full local cluster with its real node (it leaves the stack and
 #            the teams installed), then the conformance suite's `cluster` profile (simulated and real
 #            pods); then the offline lane beside the rest of the stack lane (stack-rest).
@@ -55,7 +57,7 @@ test-offline: setup
 
 test-helm: build
 	{ export MPIPLAT_CLUSTER=helm && trap '$(BIN)/mpiplat cluster down >/dev/null 2>&1' EXIT \
-	  && $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up --bare \
+	  && $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up --bare --image-registry $(MIRROR) \
 	  && rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE) && eval "$$($(BIN)/mpiplat cluster env)" \
 	  && $(BIN)/pytest -m bare -p no:cacheprovider -q \
 	  && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm; } 2>&1 \

@@ -217,7 +217,7 @@ def prometheus_config(ctl: Controller) -> dict:
             job("kueue", controller("kueue").metrics_port, **secure),
             job("jobset", controller("jobset").metrics_port, **secure),
             job("kube-state-metrics", controller("kube-state-metrics").metrics_port),
-            job("kubelet-cadvisor", realnode.PORTS["kubelet"], host=realnode.NODE_IP,
+            job("kubelet-cadvisor", realnode.PORTS["kubelet"], host=realnode.network().node_ip,
                 metrics_path="/metrics/cadvisor", **secure),
         ],
     }

@@ -5,16 +5,23 @@ sysctls, iptables/ip6tables chains and rules, ipsets, network links, mounts, cgr
 host paths (see ../shared/REALNODE-NOTES.md). `record()` writes what they look like before the
 first change; `restore()` removes what is new since then and writes the recorded sysctls back, so
 an `up` that failed or was interrupted is undone as well as a finished one.
+
+A node of another cluster (MPIPLAT_CLUSTER) lives in namespaces of its own: on the host it has only
+a veth pair (OTHER_NODE_LINKS, left alone here), a cgroup root and the kernel-wide sysctls its kubelet
+sets. Those sysctls are shared: `hold` records them before the first node starts, and `release`
+hands them back to the last one to stop.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 SYSCTLS = (
@@ -26,6 +33,8 @@ SYSCTLS = (
     "net.netfilter.nf_conntrack_max", "net.netfilter.nf_conntrack_tcp_timeout_established",
     "net.netfilter.nf_conntrack_tcp_timeout_close_wait",
 )
+KERNEL_SYSCTLS = tuple(n for n in SYSCTLS if not n.startswith("net."))  # not per network namespace
+SHARED = Path("/run/mpiplat-kernel-sysctls.json")  # gone at reboot, as are the values it records
 # Paths the kubelet, containerd and libcni use whatever their flags.
 HOST_PATHS = ("/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni", "/run/netns",
               "/run/containerd", "/etc/cni")
@@ -34,6 +43,7 @@ TABLES = ("filter", "nat", "mangle", "raw")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_TOPS = ("kubepods", "kubepods.slice")
 LINK_PREFIXES = ("veth", "mpiplat", "kube-")
+OTHER_NODE_LINKS = "mpnode"  # host ends of other clusters' nodes' veth pairs
 
 
 def _sysctl_path(name: str) -> Path:
@@ -101,14 +111,70 @@ def snapshot() -> dict:
     }
 
 
-def record(path: Path) -> None:
-    """Write the snapshot to `path` unless one is there (a failed `up` keeps the first)."""
+def record(path: Path, kernel: dict[str, str]) -> None:
+    """Write the snapshot to `path` unless one is there (a failed `up` keeps the first), with the
+    kernel-wide sysctls as `hold` recorded them."""
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    snap = snapshot()
+    snap["sysctls"].update(kernel)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(snapshot(), indent=1))
+    tmp.write_text(json.dumps(snap, indent=1))
     tmp.replace(path)
+
+
+@contextmanager
+def _shared():
+    """The shared record of kernel-wide sysctls, locked (flock on its directory) while in use."""
+    fd = os.open(SHARED.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield load(SHARED) or {}
+    finally:
+        os.close(fd)
+
+
+def _write_shared(data: dict) -> None:
+    tmp = SHARED.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(SHARED)
+
+
+def hold(owner: str) -> dict[str, str]:
+    """Register cluster `owner`'s real node; the kernel-wide sysctls as they were before the first
+    registered node started (read now when none is registered)."""
+    with _shared() as data:
+        if not data.get("owners"):
+            data = {"owners": [], "sysctls": {k: v for k, v in snapshot()["sysctls"].items()
+                                              if k in KERNEL_SYSCTLS}}
+        if owner not in data["owners"]:
+            data["owners"].append(owner)
+        _write_shared(data)
+        return data["sysctls"]
+
+
+def release(owner: str) -> dict[str, str] | None:
+    """Unregister cluster `owner`'s node; the recorded kernel-wide sysctls when it was the last
+    registered one (to write back; {} when none were recorded), None while others remain."""
+    with _shared() as data:
+        owners = data.get("owners", [])
+        if owner not in owners:
+            return None if owners else {}
+        owners.remove(owner)
+        if owners:
+            _write_shared(data)
+            return None
+        SHARED.unlink(missing_ok=True)
+        return data.get("sysctls", {})
+
+
+def write_sysctl(name: str, val: str, say=print) -> None:
+    try:
+        if _sysctl_path(name).read_text().strip() != val:
+            _sysctl_path(name).write_text(val)
+    except OSError as err:
+        say(f"  could not restore sysctl {name}={val}: {err}")
 
 
 def load(path: Path) -> dict | None:
@@ -130,7 +196,8 @@ def differences(before: dict, after: dict) -> list[str]:
             out += [f"{cmd} -t {table}: new chain {c}" for c in sorted(set(a["chains"]) - set(b["chains"]))]
             out += [f"{cmd} -t {table}: new rule {r}" for r in a["rules"] if r not in b["rules"]]
     out += [f"new ipset {s}" for s in sorted(set(after["ipsets"]) - set(before["ipsets"]))]
-    out += [f"new link {n}" for n in sorted(set(after["links"]) - set(before["links"]))]
+    out += [f"new link {n}" for n in sorted(set(after["links"]) - set(before["links"]))
+            if not n.startswith(OTHER_NODE_LINKS)]
     out += [f"new mount {m}" for m in sorted(set(after["mounts"]) - set(before["mounts"]))]
     for p, tree in before["paths"].items():
         now = after["paths"].get(p)
@@ -193,10 +260,7 @@ def restore(before: dict, under: list[str], say=print) -> list[str]:
             subprocess.run(["ip", "link", "delete", link], capture_output=True)
     for name, val in before["sysctls"].items():
         if now["sysctls"].get(name) != val:
-            try:
-                _sysctl_path(name).write_text(val)
-            except OSError as err:
-                say(f"  could not restore sysctl {name}={val}: {err}")
+            write_sysctl(name, val, say)
     for p, tree in before["paths"].items():
         path, current = Path(p), now["paths"].get(p)
         if current is None:
@@ -211,12 +275,19 @@ def restore(before: dict, under: list[str], say=print) -> list[str]:
             else:
                 target.unlink(missing_ok=True)
     for cg in sorted(set(_cgroups()) - set(before["cgroups"])):
-        _kill_members(Path(cg))
-        for root, dirs, _ in sorted(os.walk(cg), key=lambda t: len(t[0]), reverse=True):
-            for d in dirs:
-                _rmdir(Path(root) / d)
-        _rmdir(Path(cg))
+        remove_cgroup(Path(cg))
     return differences(before, snapshot())
+
+
+def remove_cgroup(cgroup: Path) -> None:
+    """Kill what is left in a cgroup tree a node made, then remove the tree."""
+    if not cgroup.exists():
+        return
+    _kill_members(cgroup)
+    for root, dirs, _ in sorted(os.walk(cgroup), key=lambda t: len(t[0]), reverse=True):
+        for d in dirs:
+            _rmdir(Path(root) / d)
+    _rmdir(cgroup)
 
 
 def _kill_members(cgroup: Path) -> None:

@@ -828,6 +828,36 @@ def ensure_built(names: Iterable[str] | None = None, stream=None) -> dict[str, P
 
 # ---------------------------------------------------------------- containerd
 
+CONTROLLER_IMAGES = ("kueue", "jobset", "trainer", "mpi-operator")  # recipes named as their charts' images
+
+
+def mirrored(image: str, registry: str) -> str:
+    """An image reference as the roles rewrite it for mpiplat_image_registry: its registry host (a
+    first component with a '.' or ':') replaced by `registry`."""
+    first, _, rest = image.partition("/")
+    return f"{registry.rstrip('/')}/{rest if rest and ('.' in first or ':' in first) else image}"
+
+
+def tag_mirrored(ctr: list[str], registry: str, stream=None) -> list[str]:
+    """Tag the controller images in containerd also as the installer references them through
+    `registry` (mpiplat_image_registry), so the charts' pods run there without a pull. Returns the new names."""
+    stream = stream or sys.stdout
+    have, tagged = images_in(ctr), []
+    for name in CONTROLLER_IMAGES:
+        image = RECIPES[name].image
+        target = mirrored(image, registry)
+        if image not in have or have.get(target) == have[image]:
+            continue
+        for cmd in ([*ctr, "images", "tag", "--force", image, target],
+                    [*ctr, "images", "label", target, *[f"{k}={v}" for k, v in IMPORT_LABELS.items()]]):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise ImageError(f"`{shlex.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()}")
+        print(f"  tagged   {target}", file=stream, flush=True)
+        tagged.append(target)
+    return tagged
+
+
 def images_in(ctr: list[str]) -> dict[str, str]:
     """Image name -> target (manifest) digest, as `ctr images ls` shows them."""
     proc = subprocess.run([*ctr, "images", "ls"], capture_output=True, text=True)

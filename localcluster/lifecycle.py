@@ -8,6 +8,7 @@ Trainer's runtimes.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,9 @@ from mpiplat.versions import load
 NAMESPACES = ("mpi-operator", "kueue-system", "kubeflow-system")
 CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok-controller")
 PLAIN_EVERY = 10.0  # seconds between progress lines when stdout is not a terminal
+
+
+REGISTRY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*")
 
 
 def _say(msg: str) -> None:
@@ -148,17 +152,23 @@ def _control_plane(comps, start: float, real: bool) -> None:
     _say(f"  kube-apiserver ready ({time.monotonic() - start:.1f}s)")
 
 
-def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True) -> None:
+def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True, image_registry: str = "") -> None:
     """Start (or reuse) the cluster. bare: control plane and nodes only, no upstream CRDs or
     controllers, for installing the upstream components with Helm (molecule scenario `helm`).
-    real_node: add the real node real-0 (default cluster, not bare: one real node per host)."""
+    real_node: add the real node real-0 (another cluster's in namespaces of its own, see realnode).
+    image_registry: the real node also has the controller images as this mirror names them."""
     from mpiplat.localcluster import images
 
     start = time.monotonic()
     if not bare and instance() != DEFAULT_INSTANCE:
         raise ClusterError(f"MPIPLAT_CLUSTER={instance()}: only the default cluster ({DEFAULT_INSTANCE}) runs the "
                            "host controllers (their ports are fixed); start this one with --bare")
-    real = real_node and not bare
+    real = real_node
+    if image_registry and not REGISTRY.fullmatch(image_registry):
+        raise ClusterError(f"--image-registry {image_registry!r} is not a registry: give host[:port][/path], "
+                           "e.g. mirror.example.com/mpiplat, without a scheme")
+    if image_registry and not real:
+        raise ClusterError("--image-registry names images on the real node: drop it, or drop --no-real-node")
     comps = load()
     # Bad input (node pools, a missing checkout, a bad local value, a host that cannot run the real
     # node) stops before any build or change.
@@ -181,7 +191,7 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
          + (f", tainted {realnode.KWOK_TAINT['key']}" if real else ""))
     if real:
         with progress(f"starting the real node {realnode.NAME}", every=PLAIN_EVERY):
-            realnode.up(_say)
+            realnode.up(_say, image_registry)
     if bare:
         _say(f"bare cluster up in {time.monotonic() - start:.1f}s (no upstream CRDs or controllers); "
              f"export KUBECONFIG={kubeconfig_path()}")

@@ -2,9 +2,14 @@
 only) and local-path-provisioner as host processes, running real pods from locally built images;
 CoreDNS as a pod behind the kube-dns Service, as on any cluster.
 
-Its network: the bridge mpiplat0 with 10.244.0.1 (the node IP, where the API server is advertised,
-so pods reach it through the `kubernetes` Service) and pods in 10.244.0.0/24, masqueraded when
-they leave the node (CoreDNS forwards other names to the host's resolver).
+Its network (`network()`): the bridge mpiplat0 with the node IP and the node's pods, masqueraded
+when they leave the node (CoreDNS forwards other names to the host's resolver). The default
+cluster's node lives in the host's network namespace: 10.244.0.1 on the bridge is also where the API
+server is advertised, so pods reach it through the `kubernetes` Service. Another cluster's node
+(MPIPLAT_CLUSTER, e.g. molecule `helm` beside the default one) lives in network and mount namespaces
+of its own, held by one process (`sleep`, pid file node-ns.pid) and reached through a veth pair, so
+its kube-proxy, kube-router and kubelet keep their iptables, ipsets, host paths (/run, /var/lib,
+/var/log are its own tmpfs) and cgroups (under its own cgroup root) apart from the default node's.
 
 While the real node exists the KWOK nodes are tainted kwok.x-k8s.io/node=fake:NoSchedule, so a pod
 that does not ask for a simulated node runs for real, as on any cluster, and controllers installed
@@ -23,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +49,6 @@ from mpiplat.localcluster.state import (
 
 NAME = "real-0"
 BRIDGE = "mpiplat0"
-POD_SUBNET = "10.244.0.0/24"
-NODE_IP = "10.244.0.1"  # the bridge's address: node IP and advertised API server
 SERVICE_RANGE = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service
 DNS_IP = "10.96.0.10"  # the kube-dns Service: CoreDNS, a pod in kube-system like on any cluster
@@ -56,6 +60,31 @@ PORTS = {"kubelet": 31180, "kubelet-healthz": 31181, "kube-proxy-healthz": 31182
 DEBIAN = {"runc": "runc", "/usr/lib/cni/bridge": "containernetworking-plugins", "iptables": "iptables",
           "ipset": "ipset", "conntrack": "conntrack", "socat": "socat", "mmdebstrap": "mmdebstrap"}
 CNI_BIN = "/usr/lib/cni"
+# What a node in its own namespaces mounts a tmpfs on: the paths kubelet, containerd and libcni use
+# whatever their flags (see hoststate.HOST_PATHS) are under them, and none of them is needed there.
+PRIVATE_MOUNTS = ("/run", "/var/lib", "/var/log")
+VETH_PREFIX = hoststate.OTHER_NODE_LINKS  # host end of the veth pair into a node's network namespace
+
+
+@dataclass(frozen=True)
+class Network:
+    """Where this cluster's node lives: `netns` False for the host's network namespace."""
+
+    netns: bool
+    pod_subnet: str
+    node_ip: str  # the bridge's address: node IP, kubelet and health endpoints
+    api_ip: str  # the API server's advertised address, as the node and its pods reach it
+    veth: str = ""  # host end of the pair into the namespace (netns only)
+    peer_ip: str = ""  # the namespace's end of it
+    cgroup_root: str = ""  # the kubelet's cgroupRoot (netns only)
+
+
+def network() -> Network:
+    if instance() == DEFAULT_INSTANCE:
+        return Network(False, "10.244.0.0/24", "10.244.0.1", "10.244.0.1")
+    n = 1 + zlib.crc32(instance().encode()) % 250
+    return Network(True, f"10.244.{n}.0/24", f"10.244.{n}.1", f"10.245.{n}.1", veth=f"{VETH_PREFIX}{n}",
+                   peer_ip=f"10.245.{n}.2", cgroup_root=f"/mpiplat-{instance()}")
 
 
 def node_dir() -> Path:
@@ -104,11 +133,16 @@ def apiserver_patches() -> tuple[dict, list[dict]]:
     ca_crt, ca_key = certs.ensure_ca(_pki() / "kubelet-client-ca", "mpiplat kubelet client CA")
     crt, key = certs.issue_client(ca_crt, ca_key, "kube-apiserver-kubelet-client", ["system:masters"],
                                   _pki() / "apiserver-kubelet-client")
-    options = {"kubeApiserverCertSANs": [NODE_IP, SERVICE_IP]}
+    net = network()
+    options = {"kubeApiserverCertSANs": [net.api_ip, SERVICE_IP]}
+    # A node in its own network namespace: the API server, on the host, calls webhooks and aggregated
+    # APIs at their pods' IPs (routed into the namespace), not at Service IPs only that node serves.
+    routing = [{"key": "enable-aggregator-routing", "value": "true"}] if net.netns else []
     patches = [
         {"name": "kube-apiserver", "extraArgs": [
             {"key": "bind-address", "value": "0.0.0.0", "override": True},
-            {"key": "advertise-address", "value": NODE_IP},
+            {"key": "advertise-address", "value": net.api_ip},
+            *routing,
             {"key": "service-cluster-ip-range", "value": SERVICE_RANGE},
             {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
             {"key": "kubelet-client-certificate", "value": str(crt)},
@@ -124,9 +158,14 @@ def apiserver_patches() -> tuple[dict, list[dict]]:
 
 # ---------------------------------------------------------------- configs
 
+def _server() -> str:
+    """The API server as the node's processes reach it."""
+    return f"https://{network().api_ip}:{control_plane_ports()['kube-apiserver']}"
+
+
 def _kubeconfig(name: str, crt: Path, key: Path) -> Path:
     path = node_dir() / f"{name}.kubeconfig"
-    server = f"https://127.0.0.1:{control_plane_ports()['kube-apiserver']}"
+    server = _server()
     _write(path, yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": name,
         "clusters": [{"name": "local", "cluster": {"server": server,
@@ -142,7 +181,13 @@ def _kwok_pki() -> Path:
 
 
 def _admin_kubeconfig() -> Path:
-    return kwok_cluster_dir() / "kubeconfig.yaml"
+    """The cluster's admin kubeconfig, pointed at the address the node reaches (kube-router, the provisioner)."""
+    conf = yaml.safe_load((kwok_cluster_dir() / "kubeconfig.yaml").read_text())
+    for cluster in conf["clusters"]:
+        cluster["cluster"]["server"] = _server()
+    path = node_dir() / "admin.kubeconfig"
+    _write(path, yaml.safe_dump(conf))
+    return path
 
 
 def containerd_config() -> str:
@@ -183,19 +228,21 @@ state = "{d / 'containerd' / 'state'}"
 
 
 def cni_config() -> dict:
+    net = network()
     return {"cniVersion": "1.0.0", "name": "mpiplat", "plugins": [{
         "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": True, "hairpinMode": True,
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET, "gateway": NODE_IP}]],
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": net.pod_subnet, "gateway": net.node_ip}]],
                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(node_dir() / "cni" / "ipam")},
     }]}
 
 
 def kubelet_config() -> dict:
-    d = node_dir()
+    d, net = node_dir(), network()
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "address": NODE_IP, "port": PORTS["kubelet"], "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1", "healthzPort": PORTS["kubelet-healthz"],
+        "address": net.node_ip, "port": PORTS["kubelet"], "readOnlyPort": 0,
+        "healthzBindAddress": net.node_ip, "healthzPort": PORTS["kubelet-healthz"],
+        **({"cgroupRoot": net.cgroup_root} if net.cgroup_root else {}),
         "containerRuntimeEndpoint": f"unix://{_sock()}",
         "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False,
         "podLogsDir": str(d / "pod-logs"), "volumePluginDir": str(d / "volume-plugins"),
@@ -213,13 +260,14 @@ def kubelet_config() -> dict:
 
 
 def kube_proxy_config(kubeconfig: Path) -> dict:
+    net = network()
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "mode": "iptables", "hostnameOverride": NAME, "clusterCIDR": POD_SUBNET,
-        "healthzBindAddress": f"127.0.0.1:{PORTS['kube-proxy-healthz']}",
-        "metricsBindAddress": f"127.0.0.1:{PORTS['kube-proxy-metrics']}",
-        "nodePortAddresses": [f"{NODE_IP}/32"],
+        "mode": "iptables", "hostnameOverride": NAME, "clusterCIDR": net.pod_subnet,
+        "healthzBindAddress": f"{net.node_ip}:{PORTS['kube-proxy-healthz']}",
+        "metricsBindAddress": f"{net.node_ip}:{PORTS['kube-proxy-metrics']}",
+        "nodePortAddresses": [f"{net.node_ip}/32"],
         "iptables": {"localhostNodePorts": False},
         # Leave the host's conntrack settings alone.
         "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
@@ -293,17 +341,21 @@ class NodeProcess:
     """One process of the real node; `health` is None when running is enough."""
 
     name: str  # also its binary's name
-    health: str | None
+    health_port: int | None
 
     def pid_file(self) -> Path:
         return state_dir() / "pids" / f"{self.name}.pid"
 
+    @property
+    def health(self) -> str | None:
+        return f"http://{network().node_ip}:{self.health_port}/healthz" if self.health_port else None
+
 
 PROCESSES = (
     NodeProcess("containerd", None),
-    NodeProcess("kubelet", f"http://127.0.0.1:{PORTS['kubelet-healthz']}/healthz"),
-    NodeProcess("kube-proxy", f"http://127.0.0.1:{PORTS['kube-proxy-healthz']}/healthz"),
-    NodeProcess("kube-router", f"http://127.0.0.1:{PORTS['kube-router-health']}/healthz"),
+    NodeProcess("kubelet", PORTS["kubelet-healthz"]),
+    NodeProcess("kube-proxy", PORTS["kube-proxy-healthz"]),
+    NodeProcess("kube-router", PORTS["kube-router-health"]),
     NodeProcess("local-path-provisioner", None),
 )
 # PersistentVolumes in directories on the real node, made by local-path-provisioner's helper pods.
@@ -319,7 +371,7 @@ def _argv(proc: NodeProcess) -> list[str]:
         return [exe, "--config", str(d / "containerd.toml")]
     if proc.name == "kubelet":
         return [exe, f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={d / 'kubelet.kubeconfig'}",
-                f"--hostname-override={NAME}", f"--node-ip={NODE_IP}", f"--root-dir={d / 'kubelet'}",
+                f"--hostname-override={NAME}", f"--node-ip={network().node_ip}", f"--root-dir={d / 'kubelet'}",
                 f"--cert-dir={d / 'kubelet-pki'}", "--node-labels=" + ",".join(f"{k}={v}" for k, v in LABELS.items()),
                 # cAdvisor's own flag (deprecated in the kubelet, no config field): without it cAdvisor looks for
                 # /run/containerd and reports no container by pod, which the dashboard's panels query.
@@ -345,7 +397,7 @@ def _start(proc: NodeProcess) -> None:
     proc.pid_file().parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PATH=f"{build.binary('containerd-shim-runc-v2').parent}:{os.environ.get('PATH', '')}")
     with open(log, "ab") as out:
-        p = subprocess.Popen(_argv(proc), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        p = subprocess.Popen([*_enter(), *_argv(proc)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              cwd=node_dir(), env=env, start_new_session=True)
     proc.pid_file().write_text(str(p.pid))
 
@@ -383,21 +435,113 @@ def _sh(*cmd: str) -> None:
 
 
 def record_host() -> None:
-    """Record the host before the node changes it (kept from the first of several `up`s)."""
-    hoststate.record(snapshot_file())
+    """Record the host before the node changes it (kept from the first of several `up`s). The
+    kernel-wide sysctls are the ones found before the first of this host's real nodes started."""
+    kernel = hoststate.hold(instance())
+    if not network().netns:  # a node in its own namespaces changes nothing else on the host
+        hoststate.record(snapshot_file(), kernel)
+
+
+# ---------------------------------------------------------------- a node in its own namespaces
+
+def _ns_pid_file() -> Path:
+    return state_dir() / "pids" / "node-ns.pid"
+
+
+def _enter(mount: bool = True) -> list[str]:
+    """argv prefix that runs a command in the node's namespaces (nothing for the host's)."""
+    if not network().netns:
+        return []
+    pid = processes.running_pid(_ns_pid_file())
+    if not pid:
+        raise ClusterError(f"the namespaces of node {NAME} of cluster {instance()} are gone: run "
+                           "`mpiplat cluster down`, then `mpiplat cluster up` again")
+    return ["nsenter", f"--target={pid}", "--net", *(["--mount", f"--wd={node_dir()}"] if mount else []), "--"]
+
+
+def _namespaces() -> None:
+    """Start the process that holds the node's network and mount namespaces, with a tmpfs of
+    its own on each of PRIVATE_MOUNTS, unless it runs."""
+    pidf = _ns_pid_file()
+    if processes.running_pid(pidf):
+        return
+    pidf.parent.mkdir(parents=True, exist_ok=True)
+    mounts = " && ".join(f"mount -t tmpfs -o mode=755 mpiplat-node {p}" for p in PRIVATE_MOUNTS)
+    log = log_file("node-ns")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:  # unshare and sh exec: the pid is sleep's
+        p = subprocess.Popen(["unshare", "--net", "--mount", "--propagation", "private", "--", "sh", "-c",
+                              f"{mounts} && exec sleep infinity"], stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    pidf.write_text(str(p.pid))
+    deadline = time.monotonic() + 10
+    while _comm(p.pid) != "sleep":
+        if p.poll() is not None or time.monotonic() > deadline:
+            raise ClusterError(f"could not make the namespaces of node {NAME}: see {log}\n{processes.tail(log)}")
+        time.sleep(0.05)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _veth(net: Network) -> None:
+    """The veth pair from the host into the namespace: the API server's address on the host end,
+    a route to the node's pods through it, and the namespace's default route back."""
+    ns = _enter(mount=False)
+    pid = ns[1].split("=")[1]
+    if subprocess.run(["ip", "link", "show", net.veth], capture_output=True).returncode != 0:
+        _sh("ip", "link", "add", net.veth, "type", "veth", "peer", "name", "eth0", "netns", pid)
+    _address([], net.veth, f"{net.api_ip}/30")
+    _address(ns, "eth0", f"{net.peer_ip}/30")
+    for link in ("lo", "eth0"):
+        _sh(*ns, "ip", "link", "set", link, "up")
+    _sh("ip", "link", "set", net.veth, "up")
+    _sh(*ns, "ip", "route", "replace", "default", "via", net.api_ip)
+    _sh("ip", "route", "replace", net.pod_subnet, "via", net.peer_ip, "dev", net.veth)
+
+
+def _address(ns: list[str], link: str, cidr: str) -> None:
+    shown = subprocess.run([*ns, "ip", "-o", "addr", "show", "dev", link], capture_output=True, text=True).stdout
+    if f" {cidr} " not in shown:
+        _sh(*ns, "ip", "addr", "add", cidr, "dev", link)
+
+
+def _cgroup_dirs() -> list[Path]:
+    """The kubelet's cgroup root in each cgroup hierarchy (a node in its own namespaces only)."""
+    root = network().cgroup_root.strip("/")
+    if not root:
+        return []
+    tops = {h.resolve() for h in hoststate.CGROUP_ROOT.iterdir() if (h / "cgroup.procs").exists()}
+    return [top / root for top in sorted(tops)]
+
+
+def _cgroups() -> None:
+    """The kubelet needs its cgroup root to exist; cpuset's starts with its parent's CPUs and memory nodes."""
+    for d in _cgroup_dirs():
+        d.mkdir(exist_ok=True)
+        for f in ("cpuset.cpus", "cpuset.mems"):
+            if (d / f).exists() and not (d / f).read_text().strip():
+                (d / f).write_text((d.parent / f).read_text())
 
 
 def _network() -> None:
     """The bridge and its address before the kubelet starts (its node IP), and bridged traffic
-    through iptables (kube-router's policies see it)."""
-    if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode != 0:
-        _sh("ip", "link", "add", BRIDGE, "type", "bridge")
-    if NODE_IP not in subprocess.run(["ip", "-o", "addr", "show", "dev", BRIDGE], capture_output=True,
-                                     text=True).stdout:
-        _sh("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
-    _sh("ip", "link", "set", BRIDGE, "up")
+    through iptables (kube-router's policies see it); in its own namespaces, the veth pair first."""
+    net = network()
+    if net.netns:
+        _namespaces()
+        _veth(net)
+    ns = _enter(mount=False)
+    if subprocess.run([*ns, "ip", "link", "show", BRIDGE], capture_output=True).returncode != 0:
+        _sh(*ns, "ip", "link", "add", BRIDGE, "type", "bridge")
+    _address(ns, BRIDGE, f"{net.node_ip}/24")
+    _sh(*ns, "ip", "link", "set", BRIDGE, "up")
     for name in ("net.bridge.bridge-nf-call-iptables", "net.ipv4.ip_forward"):
-        Path("/proc/sys", *name.split(".")).write_text("1")
+        _sh(*ns, "sh", "-c", f"echo 1 > /proc/sys/{name.replace('.', '/')}")
 
 
 def _write(path: Path, text: str) -> None:
@@ -493,15 +637,17 @@ def _wait_ready(timeout: float = 90) -> None:
         time.sleep(0.5)
 
 
-def up(say: Callable[[str], None]) -> None:
-    """Start the node's processes (those not running), import its images, wait until it is Ready
-    and the cluster DNS answers."""
+def up(say: Callable[[str], None], image_registry: str = "") -> None:
+    """Start the node's processes (those not running), import its images (the controllers' also as
+    `image_registry` names them, see images.tag_mirrored), wait until it is Ready and the cluster DNS
+    answers."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mpiplat.localcluster import images
 
     start = time.monotonic()
     _network()
+    _cgroups()
     _write_configs()
     containerd = _process("containerd")
     _start(containerd)
@@ -522,6 +668,8 @@ def up(say: Callable[[str], None]) -> None:
         for proc in late:
             _wait_healthy(proc)
         imported.result()
+    if image_registry:
+        images.tag_mirrored(ctr(), image_registry)
     apply(dns_objects())
     kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=120s")
     say(f"  real node {NAME}: Ready ({time.monotonic() - start:.1f}s; "
@@ -561,9 +709,15 @@ def down(say: Callable[[str], None]) -> None:
         say("  stopped containerd")
     for pid in _stray_pids():  # shims, and anything of an interrupted `up`
         processes.stop_pid(pid, grace=2)
+    kernel = hoststate.release(instance())  # the kernel-wide sysctls, when this was the last real node
+    if network().netns:
+        _down_namespaces(kernel, say)
+        return
     before = hoststate.load(snapshot_file())
     if before is None:
         return
+    if kernel is None:  # another cluster's node still runs: the last one puts them back
+        before["sysctls"] = {k: v for k, v in before["sysctls"].items() if k not in hoststate.KERNEL_SYSCTLS}
     left = hoststate.restore(before, [str(node_dir())], say)
     if left:
         raise ClusterError(f"the host differs from before `mpiplat cluster up` after `down`: {left[0]}"
@@ -574,11 +728,43 @@ def down(say: Callable[[str], None]) -> None:
     say("  host restored (sysctls, iptables, ipsets, links, mounts, paths, cgroups)")
 
 
+def _down_namespaces(kernel: dict[str, str] | None, say: Callable[[str], None]) -> None:
+    """Stop the process holding the node's namespaces (the veth pair goes with them), remove its
+    cgroup root, write back the kernel-wide sysctls when `kernel` has them."""
+    net, pidf = network(), _ns_pid_file()
+    pid = processes.running_pid(pidf)
+    if pid:
+        processes.stop_pid(pid, grace=2)
+        say(f"  removed the namespaces of {NAME}")
+    pidf.unlink(missing_ok=True)
+    for d in sorted(_cgroup_dirs(), reverse=True):
+        hoststate.remove_cgroup(d)
+    for name, val in (kernel or {}).items():
+        hoststate.write_sysctl(name, val, say)
+    deadline = time.monotonic() + 10  # the kernel deletes a namespace's links after its last process
+    left = []
+    while time.monotonic() < deadline:
+        left = [f"link {net.veth}"] * (subprocess.run(["ip", "link", "show", net.veth], capture_output=True)
+                                       .returncode == 0) + [f"cgroup {d}" for d in _cgroup_dirs() if d.exists()]
+        if not left:
+            break
+        time.sleep(0.2)
+    if left:
+        raise ClusterError(f"node {NAME} of cluster {instance()} left {', '.join(left)} after `down`: remove "
+                           "them by hand (`ip link delete`, `rmdir`), then run `mpiplat cluster down` again")
+    shutil.rmtree(node_dir(), ignore_errors=True)
+
+
 def _coredns_pid() -> int | None:
+    """CoreDNS of this cluster's node: the one in its cgroup root (a node in its own namespaces), or
+    under the host's kubepods."""
+    root = network().cgroup_root or ""
     for p in Path("/proc").iterdir():
         try:
             if p.name.isdigit() and (p / "cmdline").read_bytes().startswith(b"/coredns\0"):
-                return int(p.name)
+                cgroups = (p / "cgroup").read_text()
+                if (f"{root}/kubepods" if root else ":/kubepods") in cgroups:
+                    return int(p.name)
         except OSError:
             pass
     return None
@@ -600,5 +786,5 @@ def status() -> dict:
 
 
 def all_ports() -> list[int]:
-    """The node's ports (only the default instance runs a real node)."""
-    return sorted(PORTS.values()) if instance() == DEFAULT_INSTANCE else []
+    """The node's ports on the host (another cluster's node has them in its own network namespace)."""
+    return [] if network().netns else sorted(PORTS.values())

@@ -374,7 +374,7 @@ def test_the_local_prometheus_scrapes_every_metrics_port_with_the_roles_rules(st
     conf = configs.controller_config(prometheus, tmp_path)
     targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in conf["scrape_configs"]}
     wanted = {c.name: [f"127.0.0.1:{c.metrics_port}"] for c in processes.CONTROLLERS if c.metrics_port}
-    assert targets == {**wanted, "kubelet-cadvisor": [f"{realnode.NODE_IP}:{realnode.PORTS['kubelet']}"]}
+    assert targets == {**wanted, "kubelet-cadvisor": [f"{realnode.network().node_ip}:{realnode.PORTS['kubelet']}"]}
     assert conf["global"] == {"scrape_interval": "5s", "evaluation_interval": "5s"}
     configs.write_prometheus_files("t0ken")
     rules = state / "prometheus" / "rules.yml"

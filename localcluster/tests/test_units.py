@@ -10,7 +10,7 @@ import yaml
 
 from mpiplat import jobs, versions
 from mpiplat.conformance import workloads
-from mpiplat.localcluster import build, cluster, nodes, processes, realnode
+from mpiplat.localcluster import build, cluster, hoststate, images, nodes, processes, realnode
 
 
 def test_versions_file_pins_every_component():
@@ -169,3 +169,59 @@ def test_ci_installs_every_debian_package_the_real_node_needs():
     ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     debs = set(re.search(r"^debs=\(([^)]*)\)", ci, re.M).group(1).split())
     assert set(realnode.DEBIAN.values()) <= debs
+
+
+# ---------------------------------------------------------------- a second cluster's real node
+
+def test_the_default_node_lives_in_the_host_network_namespace(monkeypatch):
+    monkeypatch.delenv("MPIPLAT_CLUSTER", raising=False)
+    net = realnode.network()
+    assert (net.netns, net.pod_subnet, net.node_ip, net.api_ip, net.cgroup_root) == (
+        False, "10.244.0.0/24", "10.244.0.1", "10.244.0.1", "")
+    assert realnode.all_ports() == sorted(realnode.PORTS.values())
+
+
+def test_another_clusters_node_has_namespaces_addresses_and_cgroups_of_its_own(monkeypatch):
+    monkeypatch.setenv("MPIPLAT_CLUSTER", "helm")
+    net = realnode.network()
+    n = int(net.pod_subnet.split(".")[2])
+    assert net.netns and 1 <= n <= 250
+    assert (net.pod_subnet, net.node_ip, net.api_ip, net.peer_ip) == (
+        f"10.244.{n}.0/24", f"10.244.{n}.1", f"10.245.{n}.1", f"10.245.{n}.2")
+    assert net.veth == f"mpnode{n}" and len(net.veth) <= 15  # Linux's limit on link names
+    assert net.veth.startswith(hoststate.OTHER_NODE_LINKS)  # the default node's record leaves it
+    assert net.cgroup_root == "/mpiplat-helm"
+    assert realnode.all_ports() == []  # its ports are in its own network namespace
+    assert realnode.kubelet_config()["cgroupRoot"] == "/mpiplat-helm"
+    args = {a["key"]: a["value"] for a in realnode.apiserver_patches()[1][0]["extraArgs"]}
+    assert args["advertise-address"] == net.api_ip and args["enable-aggregator-routing"] == "true"
+
+
+@pytest.mark.parametrize("image, mirrored", [
+    ("registry.k8s.io/kueue/kueue:v0.19.2", "mirror.example.com/mpiplat/kueue/kueue:v0.19.2"),
+    ("docker.io/mpioperator/mpi-operator:0.8.2", "mirror.example.com/mpiplat/mpioperator/mpi-operator:0.8.2"),
+    ("localhost:5000/x/y:1", "mirror.example.com/mpiplat/x/y:1"),
+    ("mpioperator/mpi-operator:0.8.2", "mirror.example.com/mpiplat/mpioperator/mpi-operator:0.8.2"),
+])
+def test_controller_images_are_named_as_the_roles_rewrite_them(image, mirrored):
+    assert images.mirrored(image, "mirror.example.com/mpiplat/") == mirrored
+
+
+@pytest.mark.parametrize("registry", ["https://mirror.example.com", "Mirror.example.com", "mirror example"])
+def test_a_bad_image_registry_is_refused_before_anything_changes(monkeypatch, tmp_path, registry):
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "state"))
+    with pytest.raises(cluster.ClusterError, match=f"--image-registry '{re.escape(registry)}' is not a registry"):
+        cluster.up(image_registry=registry)
+    assert not (tmp_path / "state").exists()
+
+
+def test_kernel_sysctls_are_recorded_by_the_first_node_and_restored_by_the_last(monkeypatch, tmp_path):
+    monkeypatch.setattr(hoststate, "SHARED", tmp_path / "kernel-sysctls.json")
+    monkeypatch.setattr(hoststate, "snapshot", lambda: {"sysctls": {"kernel.panic": "0", "net.ipv4.ip_forward": "0"}})
+    assert hoststate.release("mpiplat") == {}  # nothing recorded, nobody else: restore your own record
+    assert hoststate.hold("mpiplat") == {"kernel.panic": "0"}  # per-network-namespace sysctls are each node's
+    monkeypatch.setattr(hoststate, "snapshot", lambda: {"sysctls": {"kernel.panic": "10"}})  # a kubelet set it
+    assert hoststate.hold("helm") == {"kernel.panic": "0"}  # the values from before the first node
+    assert hoststate.release("mpiplat") is None  # helm's node still runs
+    assert hoststate.release("helm") == {"kernel.panic": "0"}  # the last one writes them back
+    assert not hoststate.SHARED.exists()

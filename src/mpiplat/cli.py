@@ -65,7 +65,8 @@ def _cluster(args) -> int:
     from mpiplat.localcluster import cluster
 
     if args.action == "up":
-        cluster.up(node_pools=args.node_pools, bare=args.bare, real_node=not args.no_real_node)
+        cluster.up(node_pools=args.node_pools, bare=args.bare, real_node=not args.no_real_node,
+                   image_registry=args.image_registry or "")
     elif args.action == "down":
         cluster.down()
     elif args.action == "status":
@@ -190,10 +191,12 @@ def parser() -> argparse.ArgumentParser:
     u = csub.add_parser("up", help="start the cluster (idempotent)")
     u.add_argument("--node-pools", metavar="FILE", help="node-pool spec (default: the packaged nodepools.yml)")
     u.add_argument("--bare", action="store_true",
-                   help="control plane and nodes only: no upstream CRDs or controllers, no real node "
-                        "(for Helm installs)")
+                   help="control plane and nodes only: no upstream CRDs or controllers (for Helm installs)")
     u.add_argument("--no-real-node", action="store_true",
                    help="KWOK nodes only: no real node real-0 (no pods run for real)")
+    u.add_argument("--image-registry", metavar="REGISTRY",
+                   help="also name the controller images on the real node as this mirror does "
+                        "(the installer's mpiplat_image_registry, e.g. mirror.example.com/mpiplat)")
     u.set_defaults(func=_cluster)
     csub.add_parser("down", help="stop everything and remove the cluster (idempotent)").set_defaults(
         func=_cluster)

@@ -2,20 +2,26 @@
 
     python -m mpiplat.installbench [--bundle DIR]
 
-Steps: `mpiplat cluster up --bare`; site.yml from a bundle (fresh), site.yml again (no-op),
+Steps, on a cluster of its own (MPIPLAT_CLUSTER=installbench unless set) with its real node, where the
+controllers run as real pods: `mpiplat cluster up --bare --image-registry` (molecule helm's mirror);
+site.yml from a bundle (fresh, with Ansible's profile_roles and profile_tasks), site.yml again (no-op),
 uninstall.yml with CRDs; then the same charts and manifest with plain `helm install --wait` and
-`kubectl apply --server-side` + `kubectl wait`. Prints a Markdown table. Stops the cluster.
+`kubectl apply --server-side` + `kubectl wait`. Prints Markdown tables: the steps, then where the fresh
+site.yml spends its time. Stops the cluster.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 from mpiplat import bundle
 from mpiplat.localcluster import cluster
@@ -26,12 +32,28 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # a dev tool: runs in a checkou
 HELM_VARS = REPO_ROOT / "molecule" / "helm" / "group_vars" / "all.yml"
 
 
-def _timed(argv: list[str], env: dict[str, str]) -> float:
+def _timed(argv: list[str], env: dict[str, str], out: list[str] | None = None) -> float:
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(argv)}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    if out is not None:
+        out.append(proc.stdout)
     return time.monotonic() - start
+
+
+PROFILE_LINE = re.compile(r"^(.*?\S) -*\s*([0-9]+\.[0-9]+)s$")  # "name ------ 12.34s" in the recaps
+
+
+def profile(stdout: str, top: int = 8) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """From a run with profile_roles and profile_tasks: every role's time, and the `top` slowest tasks
+    ("role : task"), each list slowest first as the callbacks print them."""
+    def recap(banner: str) -> list[tuple[str, float]]:
+        text = stdout.split(banner, 1)[1] if banner in stdout else ""
+        text = re.split(r"\n(?:ROLES|TASKS) RECAP", text, maxsplit=1)[0]
+        found = [(m.group(1), float(m.group(2))) for m in map(PROFILE_LINE.match, text.splitlines()) if m]
+        return [(name, secs) for name, secs in found if name != "total"]
+    return recap("ROLES RECAP"), recap("TASKS RECAP")[:top]
 
 
 def _helm_install(helm: str, bundle_dir: Path, comp, release: str, ns: str, extra: list[str],
@@ -48,23 +70,28 @@ def main() -> int:
     bundle_dir = Path(args.bundle) if args.bundle else Path(tempfile.mkdtemp()) / "bundle"
     if not args.bundle:
         bundle.make(bundle_dir, log=lambda *_: None)
+    os.environ.setdefault("MPIPLAT_CLUSTER", "installbench")  # never the default cluster
+    mirror = yaml.safe_load(HELM_VARS.read_text())["mpiplat_image_registry"]
     cluster.down()
-    cluster.up(bare=True)
+    cluster.up(bare=True, image_registry=mirror)
     helm, kubectl = str(binary("helm")), str(binary("kubectl"))
     env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig_path()), MPIPLAT_HELM=helm,
                MPIPLAT_BUNDLE=str(bundle_dir), ANSIBLE_NOCOLOR="1")
+    # molecule/helm's variables without its team: the plain install below creates no queues either.
     playbook = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "inventories/local/hosts.yml",
-                "-e", f"@{HELM_VARS}", "-e", '{"mpiplat_teams": []}']  # as molecule/helm: no webhooks to serve queues
-    rows = []
-    rows.append(("site.yml, fresh (bundle, CRDs first, helm --wait)", _timed(playbook + ["playbooks/site.yml"], env)))
+                "-e", f"@{HELM_VARS}", "-e", '{"mpiplat_teams": []}']
+    profiled = dict(env, ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_roles,ansible.posix.profile_tasks",
+                    PROFILE_TASKS_TASK_OUTPUT_LIMIT="100")
+    rows, fresh = [], []
+    rows.append(("site.yml, fresh (bundle, CRDs first, helm --wait)",
+                 _timed(playbook + ["playbooks/site.yml"], profiled, fresh)))
     rows.append(("site.yml, no-op re-run", _timed(playbook + ["playbooks/site.yml"], env)))
     rows.append(("uninstall.yml with CRDs", _timed(playbook + [
         "playbooks/uninstall.yml", "-e", "mpiplat_confirm_uninstall=true", "-e", "mpiplat_remove_crds=true"], env)))
 
     comps = load()
     start = time.monotonic()
-    # site.yml's order: jobset, trainer, mpi-operator, then kueue (whose webhooks would otherwise
-    # intercept the mpi-operator Deployment with no real server behind them).
+    # site.yml's order: jobset, trainer, mpi-operator, then kueue.
     _helm_install(helm, bundle_dir, comps["jobset"], "jobset", "jobset-system", [], env)
     _helm_install(helm, bundle_dir, comps["trainer"], "kubeflow-trainer", "kubeflow-system",
                   ["--set", "jobset.install=false"], env)
@@ -78,6 +105,10 @@ def main() -> int:
     print("| step | seconds |\n|---|---|")
     for label, secs in rows:
         print(f"| {label} | {secs:.0f} |")
+    roles, tasks = profile(fresh[0])
+    print("\n| site.yml, fresh: role or task (profile_roles, profile_tasks) | seconds |\n|---|---|")
+    for label, secs in roles + [("", 0.0)] + tasks:
+        print(f"| {label} | {secs:.1f} |" if label else "| **slowest tasks** | |")
     return 0
 
 
