@@ -38,7 +38,8 @@ MIRROR = mirror.example.com/mpiplat
 
 # Two lanes at once, each line of output prefixed with its lane (they mostly wait on API servers):
 #   helm:    on a bare cluster of its own (MPIPLAT_CLUSTER=helm; its real node in namespaces of its own):
-#            the `bare` tests, then molecule `helm` from a fresh bundle, the controllers as real pods;
+#            the `bare` tests, then molecule `helm` from a fresh bundle, the controllers as real pods,
+#            then `down` (it fails if the node leaves a link or cgroup behind);
 #   stack:   molecule `default` on the full local cluster with its real node (it leaves the stack and
 #            the teams installed), then the conformance suite's `cluster` profile (simulated and real
 #            pods); then the offline lane beside the rest of the stack lane (stack-rest).
@@ -60,7 +61,8 @@ test-helm: build
 	  && $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up --bare --image-registry $(MIRROR) \
 	  && rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE) && eval "$$($(BIN)/mpiplat cluster env)" \
 	  && $(BIN)/pytest -m bare -p no:cacheprovider -q \
-	  && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm; } 2>&1 \
+	  && MPIPLAT_BUNDLE=$(BUNDLE) $(BIN)/molecule test -s helm \
+	  && $(BIN)/mpiplat cluster down; } 2>&1 \
 	  | sed -u 's/^/[helm] /'
 
 test-stack: build

@@ -254,7 +254,7 @@ def status() -> dict:
         pid = processes.read_pid(kwok_cluster_dir() / "pids" / f"{name}.pid")
         comps[name] = {"running": bool(pid and processes.alive(pid)), "pid": pid}
     comps["kube-apiserver"]["healthy"] = comps["kube-apiserver"]["running"] and _apiserver_ready()
-    for ctl in processes.CONTROLLERS:
+    for ctl in processes.CONTROLLERS if instance() == DEFAULT_INSTANCE else ():  # the others are bare
         pid = processes.read_pid(processes.pid_file(ctl))
         running = bool(pid and processes.alive(pid))
         comps[ctl.name] = {"running": running, "pid": pid, "healthy": running and processes.http_ok(ctl.health_url),

@@ -63,6 +63,17 @@ def _helm_install(helm: str, bundle_dir: Path, comp, release: str, ns: str, extr
                    *extra], env)
 
 
+def _image(comp, prefix: str, registry_key: bool = False) -> list[str]:
+    """--set flags that pin the chart's image to the component's and pull it only if absent, as its role
+    does (the charts' own defaults differ, e.g. jobset's: a staging `main` tag, pulled always)."""
+    ref = comp.expand(comp.extra["images"][0])
+    name, tag = ref.rsplit(":", 1)
+    host, path = name.split("/", 1)
+    sets = {"registry": host, "repository": path} if registry_key else {"repository": name}
+    sets |= {"tag": tag, "pullPolicy": "IfNotPresent"}
+    return [a for k, v in sets.items() for a in ("--set", f"{prefix}.{k}={v}")]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--bundle", help="existing bundle directory (default: a fresh one)")
@@ -92,13 +103,14 @@ def main() -> int:
     comps = load()
     start = time.monotonic()
     # site.yml's order: jobset, trainer, mpi-operator, then kueue.
-    _helm_install(helm, bundle_dir, comps["jobset"], "jobset", "jobset-system", [], env)
+    _helm_install(helm, bundle_dir, comps["jobset"], "jobset", "jobset-system", _image(comps["jobset"], "image"), env)
     _helm_install(helm, bundle_dir, comps["trainer"], "kubeflow-trainer", "kubeflow-system",
-                  ["--set", "jobset.install=false"], env)
+                  ["--set", "jobset.install=false", *_image(comps["trainer"], "image", registry_key=True)], env)
     _timed([kubectl, "apply", "--server-side", "-f", str(bundle_dir / "manifests" / "mpi-operator.yaml")], env)
     _timed([kubectl, "-n", "mpi-operator", "wait", "deployment/mpi-operator", "--for=condition=Available",
             "--timeout=300s"], env)
-    _helm_install(helm, bundle_dir, comps["kueue"], "kueue", "kueue-system", [], env)
+    _helm_install(helm, bundle_dir, comps["kueue"], "kueue", "kueue-system",
+                  _image(comps["kueue"], "controllerManager.manager.image"), env)
     rows.append(("plain helm install --wait x3 + kubectl apply/wait (same charts and manifest)",
                  time.monotonic() - start))
     cluster.down()
