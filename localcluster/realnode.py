@@ -448,15 +448,25 @@ def _ns_pid_file() -> Path:
     return state_dir() / "pids" / "node-ns.pid"
 
 
-def _enter(mount: bool = True) -> list[str]:
-    """argv prefix that runs a command in the node's namespaces (nothing for the host's)."""
-    if not network().netns:
-        return []
+def _ns_pid() -> int:
+    """The pid of the process holding the node's namespaces."""
     pid = processes.running_pid(_ns_pid_file())
     if not pid:
         raise ClusterError(f"the namespaces of node {NAME} of cluster {instance()} are gone: run "
                            "`mpiplat cluster down`, then `mpiplat cluster up` again")
-    return ["nsenter", f"--target={pid}", "--net", *(["--mount", f"--wd={node_dir()}"] if mount else []), "--"]
+    return pid
+
+
+def _enter(mount: bool = True) -> list[str]:
+    """argv prefix that runs a command in the node's namespaces (nothing for the host's)."""
+    if not network().netns:
+        return []
+    mnt = ["--mount", f"--wd={node_dir()}"] if mount else []
+    return ["nsenter", f"--target={_ns_pid()}", "--net", *mnt, "--"]
+
+
+def _link_exists(ns: list[str], link: str) -> bool:
+    return subprocess.run([*ns, "ip", "link", "show", link], capture_output=True).returncode == 0
 
 
 def _namespaces() -> None:
@@ -492,9 +502,8 @@ def _veth(net: Network) -> None:
     """The veth pair from the host into the namespace: the API server's address on the host end,
     a route to the node's pods through it, and the namespace's default route back."""
     ns = _enter(mount=False)
-    pid = ns[1].split("=")[1]
-    if subprocess.run(["ip", "link", "show", net.veth], capture_output=True).returncode != 0:
-        _sh("ip", "link", "add", net.veth, "type", "veth", "peer", "name", "eth0", "netns", pid)
+    if not _link_exists([], net.veth):
+        _sh("ip", "link", "add", net.veth, "type", "veth", "peer", "name", "eth0", "netns", str(_ns_pid()))
     _address([], net.veth, f"{net.api_ip}/30")
     _address(ns, "eth0", f"{net.peer_ip}/30")
     for link in ("lo", "eth0"):
@@ -536,7 +545,7 @@ def _network() -> None:
         _namespaces()
         _veth(net)
     ns = _enter(mount=False)
-    if subprocess.run([*ns, "ip", "link", "show", BRIDGE], capture_output=True).returncode != 0:
+    if not _link_exists(ns, BRIDGE):
         _sh(*ns, "ip", "link", "add", BRIDGE, "type", "bridge")
     _address(ns, BRIDGE, f"{net.node_ip}/24")
     _sh(*ns, "ip", "link", "set", BRIDGE, "up")
@@ -737,16 +746,16 @@ def _down_namespaces(kernel: dict[str, str] | None, say: Callable[[str], None]) 
         processes.stop_pid(pid, grace=2)
         say(f"  removed the namespaces of {NAME}")
     pidf.unlink(missing_ok=True)
-    for d in sorted(_cgroup_dirs(), reverse=True):
+    for d in _cgroup_dirs():
         hoststate.remove_cgroup(d)
     for name, val in (kernel or {}).items():
         hoststate.write_sysctl(name, val, say)
     deadline = time.monotonic() + 10  # the kernel deletes a namespace's links after its last process
-    left = []
-    while time.monotonic() < deadline:
-        left = [f"link {net.veth}"] * (subprocess.run(["ip", "link", "show", net.veth], capture_output=True)
-                                       .returncode == 0) + [f"cgroup {d}" for d in _cgroup_dirs() if d.exists()]
-        if not left:
+    while True:
+        left = [f"cgroup {d}" for d in _cgroup_dirs() if d.exists()]
+        if _link_exists([], net.veth):
+            left.append(f"link {net.veth}")
+        if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     if left:
