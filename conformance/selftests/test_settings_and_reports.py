@@ -21,7 +21,7 @@ def test_local_settings_load_with_defaults():
     s = load()
     assert [t.name for t in s.teams] == ["team-a", "team-b", "team-c"]
     assert s.teams[0].queue == "team-a-queue" and s.teams[0].cluster_queue == "team-a"
-    assert s.thresholds["submit_to_created_p95_s"] == 5 and s.thresholds["pods_ready_timeout_s"] == 60
+    assert s.thresholds["submit_to_created_p95_s"] == 5 and s.thresholds["pods_ready_timeout_s"] == 90
     assert set(s.images) == {"OpenMPI", "Intel", "MPICH"}
     assert s.gpu_benchmark["nodes"] == [1, 2, 4, 8] and s.gpu_benchmark["gpus_per_node"] == 8
     # JOB-10's volume on the local cluster: its local-path class, ReadWriteOnce (every worker on its one real node).

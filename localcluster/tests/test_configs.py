@@ -59,7 +59,7 @@ def test_kueue_config_is_the_role_template_with_the_local_values_and_host_settin
     # The role's settings, with the local inventory's values where it sets them.
     for key in set(role) - set(host):
         assert conf[key] == role[key], key
-    assert conf["waitForPodsReady"]["timeout"] == LOCAL["kueue_wait_for_pods_ready_timeout"] == "30s"
+    assert conf["waitForPodsReady"]["timeout"] == LOCAL["kueue_wait_for_pods_ready_timeout"] == "60s"
     assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffBaseSeconds"] == \
         LOCAL["kueue_requeuing_backoff_base_seconds"]
     assert conf["integrations"]["frameworks"] == ["kubeflow.org/mpijob", "trainer.kubeflow.org/trainjob"]
@@ -91,7 +91,7 @@ def test_a_change_to_the_role_template_or_the_inventory_reaches_the_local_cluste
     template = checkout / configs.KUEUE_TEMPLATE
     template.write_text(template.read_text() + "objectRetentionPolicies:\n  workloads:\n    afterFinished: 1h\n")
     inventory = checkout / configs.LOCAL_VARS
-    inventory.write_text(inventory.read_text().replace("kueue_wait_for_pods_ready_timeout: 30s",
+    inventory.write_text(inventory.read_text().replace("kueue_wait_for_pods_ready_timeout: 60s",
                                                        "kueue_wait_for_pods_ready_timeout: 45s"))
     conf = configs.kueue_config(KUEUE, tmp_path)
     assert conf["objectRetentionPolicies"] == {"workloads": {"afterFinished": "1h"}}
@@ -104,7 +104,7 @@ def test_a_change_to_the_role_template_or_the_inventory_reaches_the_local_cluste
 ])
 def test_bad_local_kueue_values_are_refused(checkout, value, message):
     inventory = checkout / configs.LOCAL_VARS
-    inventory.write_text(inventory.read_text().replace("kueue_wait_for_pods_ready_timeout: 30s",
+    inventory.write_text(inventory.read_text().replace("kueue_wait_for_pods_ready_timeout: 60s",
                                                        f"kueue_wait_for_pods_ready_timeout: {value}"))
     with pytest.raises(ClusterError, match=message):
         configs.kueue_vars()
@@ -132,7 +132,7 @@ def test_local_conformance_settings_agree_with_the_local_inventory(tmp_path):
     for key in ("pods_ready_timeout_s", "min_workers", "max_workers"):
         assert local.thresholds[key] == written.thresholds[key], \
             f"conformance/settings/local.yml thresholds.{key} disagrees with inventories/local"
-    assert written.thresholds["pods_ready_timeout_s"] == 30 + 30  # the 30s timeout + margin
+    assert written.thresholds["pods_ready_timeout_s"] == 60 + 30  # the 60s timeout + margin
     assert (written.thresholds["min_workers"], written.thresholds["max_workers"]) == \
         (LOCAL["guardrails_min_workers"], LOCAL["guardrails_max_workers"])
     # The jobs' images: the local ones for every MPI implementation (the real node pulls from no registry).
