@@ -46,23 +46,18 @@ MIRROR = mirror.example.com/mpiplat
 #   offline: lint, then every test not marked `cluster` (unit, charts, MPI workloads, reports). It is
 #            CPU-bound, so it starts once the installs and the suite's timed runs are done, beside the
 #            fault matrix, which mostly waits.
-#   helm and offline have time to spare: they run at nice YIELD_NICE (the helm cluster too), so
-#            the stack lane, the longest, gets the CPU first, and the suite's timed rows do not share
-#            the machine with them at equal priority.
 #   stack-rest: the fault matrix (alone on the cluster: it breaks the stack one fault at a time), then the
 #            other `cluster` tests in three processes (they share the cluster, not objects), then the `last`
 #            one, which stops the cluster.
-YIELD_NICE = 10
-
 test: build
 	@$(MAKE) --no-print-directory -j2 test-helm test-stack
 
 test-offline: setup
-	renice -n $(YIELD_NICE) -p $$$$ >/dev/null; { unset KUBECONFIG && $(MAKE) --no-print-directory lint && MPIPLAT_OFFLINE=1 $(BIN)/pytest -m "not cluster" -p no:cacheprovider \
+	{ unset KUBECONFIG && $(MAKE) --no-print-directory lint && MPIPLAT_OFFLINE=1 $(BIN)/pytest -m "not cluster" -p no:cacheprovider \
 	  --durations=10; } 2>&1 | sed -u 's/^/[offline] /'
 
 test-helm: build
-	renice -n $(YIELD_NICE) -p $$$$ >/dev/null; { export MPIPLAT_CLUSTER=helm && trap '$(BIN)/mpiplat cluster down >/dev/null 2>&1' EXIT \
+	{ export MPIPLAT_CLUSTER=helm && trap '$(BIN)/mpiplat cluster down >/dev/null 2>&1' EXIT \
 	  && $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up --bare --image-registry $(MIRROR) \
 	  && rm -rf $(BUNDLE) && $(BIN)/mpiplat bundle $(BUNDLE) && eval "$$($(BIN)/mpiplat cluster env)" \
 	  && $(BIN)/pytest -m bare -p no:cacheprovider -q \
