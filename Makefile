@@ -6,7 +6,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup build demo test test-offline test-helm test-stack stack-rest stack-tenancy stack-sdk stack-others lint clean-cluster
+.PHONY: setup build demo test test-offline test-helm test-stack stack-suite stack-after stack-rest stack-tenancy stack-sdk stack-others lint clean-cluster
 
 setup: $(VENV)/.installed
 
@@ -42,15 +42,21 @@ MIRROR = mirror.example.com/mpiplat
 #            then `down` (it fails if the node leaves a link or cgroup behind);
 #   stack:   molecule `default` on the full local cluster with its real node (it leaves the stack and
 #            the teams installed), then the conformance suite's `cluster` profile (simulated and real
-#            pods); then the offline lane beside the rest of the stack lane (stack-rest).
+#            pods) but for its scale rows (stack-suite).
+# Then, once both are done (stack-after):
+#   scale:   the suite's scale rows (SCALE-01: 200 jobs at once; SCALE-02: 512 workers). Their targets measure
+#            how fast the cluster is, and on 2 cores that holds only with nothing else running beside them.
 #   offline: lint, then every test not marked `cluster` (unit, charts, MPI workloads, reports). It is
 #            CPU-bound, so it starts once the installs and the suite's timed runs are done, beside the
 #            fault matrix, which mostly waits.
 #   stack-rest: the fault matrix (alone on the cluster: it breaks the stack one fault at a time), then the
 #            other `cluster` tests in three processes (they share the cluster, not objects), then the `last`
 #            one, which stops the cluster.
+SCALE_ROWS = conformance/suite/test_scale.py
+
 test: build
-	@$(MAKE) --no-print-directory -j2 test-helm test-stack
+	@$(MAKE) --no-print-directory -j2 test-helm stack-suite
+	@$(MAKE) --no-print-directory stack-after
 
 test-offline: setup
 	{ unset KUBECONFIG && $(MAKE) --no-print-directory lint && MPIPLAT_OFFLINE=1 $(BIN)/pytest -m "not cluster" -p no:cacheprovider \
@@ -65,10 +71,18 @@ test-helm: build
 	  && $(BIN)/mpiplat cluster down; } 2>&1 \
 	  | sed -u 's/^/[helm] /'
 
-test-stack: build
+test-stack: stack-suite
+	@$(MAKE) --no-print-directory stack-after
+
+stack-suite: build
 	{ $(BIN)/mpiplat cluster down && $(BIN)/mpiplat cluster up && eval "$$($(BIN)/mpiplat cluster env)" \
 	  && $(BIN)/molecule test -s default \
-	  && $(BIN)/pytest conformance/suite --profile cluster --durations=10 \
+	  && $(BIN)/pytest conformance/suite --profile cluster --ignore=$(SCALE_ROWS) --durations=10; } 2>&1 \
+	  | sed -u 's/^/[stack] /'
+
+stack-after:
+	{ eval "$$($(BIN)/mpiplat cluster env)" \
+	  && $(BIN)/pytest $(SCALE_ROWS) --profile cluster --report-dir reports/conformance-scale \
 	  && $(MAKE) --no-print-directory -j2 test-offline stack-rest; } 2>&1 \
 	  | sed -u 's/^/[stack] /'
 
