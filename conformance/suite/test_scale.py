@@ -14,6 +14,7 @@ from mpiplat.conformance.watch import (
     ROLE_LABEL,
     all_running,
     condition_times,
+    deadline,
     percentile,
     submit,
     submit_job,
@@ -38,12 +39,12 @@ def _peak(spans: list[tuple[float, float]]) -> int:
 
 def _workers_left(kube, namespaces: list[str], timeout: float) -> int:
     """Wait until the namespaces hold no worker pod (the operator deletes a finished job's workers,
-    cleanPodPolicy Running) or `timeout` passes; returns how many are left."""
-    deadline = time.monotonic() + timeout
+    cleanPodPolicy Running) or waited(timeout) passes; returns how many are left."""
+    end = deadline(timeout)
     while True:
         left = sum(len(kube.core.list_namespaced_pod(ns, label_selector=f"{ROLE_LABEL}=worker").items)
                    for ns in namespaces)
-        if not left or time.monotonic() > deadline:
+        if not left or time.monotonic() > end:
             return left
         time.sleep(1)
 
@@ -103,7 +104,7 @@ def test_many_concurrent_mpijobs_across_namespaces_all_complete(kube, run, setti
         workload_watch.wait_for([(ns, name, "Admitted") for ns, name in keys], timeout=waited(10))
         # The row ends when the finished jobs' workers are gone, so the next timed row does not pay for them.
         ended = time.monotonic()
-        workers_left = _workers_left(kube, namespaces, waited(120))
+        workers_left = _workers_left(kube, namespaces, 120)
         workers_gone_s = time.monotonic() - ended
     finally:
         job_watch.stop()
