@@ -6,9 +6,23 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup build demo test test-offline test-helm test-stack stack-suite stack-after stack-rest stack-tenancy stack-sdk stack-others lint clean-cluster
+.PHONY: setup debs build demo test test-offline test-helm test-stack stack-suite stack-after stack-rest stack-tenancy stack-sdk stack-others lint clean-cluster
 
-setup: $(VENV)/.installed
+setup: debs $(VENV)/.installed
+
+# The host's Debian packages: prometheus (the local cluster's Prometheus, and promtool) and the real node's
+# (localcluster.realnode.DEBIAN: runc, the CNI plugins, netfilter tools, mmdebstrap for its images; a unit test
+# keeps the two lists equal). Installed when missing, as root; otherwise the one command to run is printed.
+DEBS = prometheus runc containernetworking-plugins mmdebstrap iptables ipset conntrack socat
+debs:
+	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' \
+	  || echo $$p; done | tr '\n' ' '); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "error: missing Debian packages: run  sudo apt-get install -y $$missing" >&2; \
+	    exit 1; fi; \
+	  echo "== installing Debian packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing \
+	    >/dev/null; fi
 
 # uv installs from its cache (~/.cache/uv) in seconds once warm.
 $(VENV)/.installed: pyproject.toml

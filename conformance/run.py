@@ -24,6 +24,9 @@ from mpiplat.kube import LOCALQUEUE, Kube
 
 RUN_LABEL = "mpiplat.io/conformance-run"
 TEAM_LABEL = "mpiplat.io/team"
+# Every namespace of a run enforces Pod Security `restricted`, as team namespaces do (the mpi-tenant chart's
+# default): what the suite runs there, users' jobs can run under OpenShift's restricted-v2.
+POD_SECURITY = {"pod-security.kubernetes.io/enforce": "restricted"}
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REQUEST_TIMEOUT_S = 30  # bounds each call made while signals are held
 
@@ -83,14 +86,14 @@ class Run:
     _deleting: set[str] = field(default_factory=set, repr=False)  # delete accepted, or already terminating
 
     def namespace(self, team: Team | None = None, labels: dict[str, str] | None = None) -> str:
-        """A new throwaway namespace labelled with the run id; with `team`, it is labelled
-        mpiplat.io/team=<team> (so the team's ClusterQueue admits it) and a LocalQueue `lq` in it
-        points at the team's ClusterQueue."""
+        """A new throwaway namespace labelled with the run id, enforcing Pod Security `restricted`
+        (POD_SECURITY, unless `labels` say otherwise); with `team`, it is labelled mpiplat.io/team=<team>
+        (so the team's ClusterQueue admits it) and a LocalQueue `lq` in it points at the team's ClusterQueue."""
         name = f"{self.settings.namespace_prefix}-{self.id}-{len(self.namespaces)}"
         team_label = {TEAM_LABEL: team.name} if team else {}
         body = client.V1Namespace(metadata=client.V1ObjectMeta(
             name=name, labels={RUN_LABEL: self.id, "app.kubernetes.io/part-of": "mpiplat-conformance",
-                               **team_label, **(labels or {})}))
+                               **POD_SECURITY, **team_label, **(labels or {})}))
         # Recorded first, and the create is not cut short: whatever the server did, cleanup knows the name.
         with signals_held():
             self.namespaces.append(name)

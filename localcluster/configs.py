@@ -276,6 +276,9 @@ def kwok_config(comps: dict[str, Component], options: dict | None = None, patche
         "kubectlBinary": str(build.binary("kubectl", comps)),
         "etcdBinary": str(build.binary("etcd", comps)),
         "kwokControllerBinary": str(build.binary("kwok", comps)),
+        # MutatingAdmissionPolicy (beta in 1.34, off by default): the restricted-v2 emulation (scc) needs it.
+        "kubeFeatureGates": "MutatingAdmissionPolicy=true",
+        "kubeRuntimeConfig": "admissionregistration.k8s.io/v1beta1=true",
     }
     options |= extra
     conf = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options,

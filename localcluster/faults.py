@@ -421,6 +421,29 @@ class ImageRemoved(Fault):
 
 
 @dataclass
+class ImageReplaced(Fault):
+    """Local images replaced in the real node's containerd, under their names, by variants with `files` added
+    (path -> (content, mode)); undo imports the originals again from the image cache."""
+
+    recipes: tuple[str, ...] = ()
+    files: dict = field(default_factory=dict)
+
+    def apply(self) -> None:
+        work = state_dir() / "faults"
+        work.mkdir(parents=True, exist_ok=True)
+        for image, archive in images.ensure_built(self.recipes, io.StringIO()).items():
+            variant = work / f"{self.name}-{archive.name}"
+            images.with_files(archive, self.files, variant)
+            self.saved.append(image)
+            images.import_archive(realnode.ctr(), image, variant, io.StringIO())
+            variant.unlink()
+
+    def undo(self) -> None:
+        images.import_into(realnode.ctr(), self.recipes, stream=io.StringIO())
+        self.saved.clear()
+
+
+@dataclass
 class Scaled(Fault):
     """A Deployment scaled to `replicas`; undo scales it back and waits for its rollout."""
 
@@ -605,6 +628,15 @@ def matrix() -> list[Fault]:
             "mpi-images-missing", "the MPI images (mpiplat.local/openmpi:1, intel:1, mpich:1) removed from the "
             "real node", {"JOB-01": ("ImagePull",), "JOB-02": ("ImagePull",), "JOB-03": ("ImagePull",),
                           "JOB-11": ("cannot pull", "ImagePull")}, recipes=("openmpi", "intel", "mpich")),
+        ImageReplaced(
+            "mpi-images-need-passwd", "the MPI images replaced by variants whose user needs a passwd entry (their "
+            "entrypoint adds none for an arbitrary UID), as many images are", {"ISO-05": ("passwd",)},
+            recipes=("openmpi", "intel", "mpich"),
+            files={images.UID_ENTRYPOINT_PATH: ('#!/bin/sh\nexec "$@"\n', 0o755)}),
+        ChangedObject(
+            "team-not-restricted", f"team namespace {TEAM} enforces Pod Security baseline instead of restricted",
+            {"ISO-05": ("baseline", "restricted")}, kind="namespace", obj_name=TEAM,
+            merge={"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}),
         Scaled(
             "coredns-stopped", "CoreDNS scaled to 0 (kube-system/coredns): the cluster's DNS does not answer",
             {"JOB-01": ("resolve",)}, namespace="kube-system", deployment="coredns", replicas=0),
@@ -638,15 +670,16 @@ def matrix() -> list[Fault]:
 
 
 def baseline() -> dict:
-    """What every fault must leave as it found it: the team's NetworkPolicies, ServiceAccount and
-    RoleBindings, ClusterQueues, CRD versions, guardrail bindings, the images of the real node, cordons,
-    CoreDNS replicas and the controllers' health."""
+    """What every fault must leave as it found it: the team namespace's labels, its NetworkPolicies,
+    ServiceAccount and RoleBindings, ClusterQueues, CRD versions, guardrail bindings, the images of the
+    real node, cordons, CoreDNS replicas and the controllers' health."""
 
     def specs(kind: str, namespace: str | None = None) -> dict:
         return {o["metadata"]["name"]: o.get("spec") for o in list_objects(kind, namespace)}
 
     sa = get("serviceaccount", "default", TEAM) or {}
     return {
+        "team_labels": ((get("namespace", TEAM) or {}).get("metadata") or {}).get("labels"),
         "networkpolicies": specs("networkpolicies", TEAM),
         "rolebindings": {o["metadata"]["name"]: [o["roleRef"], o.get("subjects")]
                          for o in list_objects("rolebindings", TEAM)},

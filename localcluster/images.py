@@ -10,11 +10,14 @@ Each image has one recipe in RECIPES and a fixed local name (mpiplat.local/<name
             reference (versions.yml `images`)
   openmpi   MPI base images that follow kubeflow mpi-operator's base-image contract (sshd on port
   mpich     2222 for the launcher's mpirun, the user mpiuser with uid 1000 and its non-root sshd
-  intel     config ~/.sshd_config, python3 + numpy + mpi4py on that image's MPI)
+  intel     config ~/.sshd_config, python3 + numpy + mpi4py on that image's MPI), and that run as
+            any UID with group 0, as OpenShift's restricted-v2 runs them (see UID_ENTRYPOINT)
 
 The MPI images are Debian (mmdebstrap --variant=apt, the host's release) plus the recipe's
 packages, files and hooks; a build ends with checks in the new root (mpi4py loads that MPI and two
-ranks allreduce under mpirun; sshd accepts both configs), so a broken image never reaches the cache.
+ranks allreduce under mpirun; sshd accepts both configs; as an arbitrary UID with group 0 and no
+passwd entry, the user resolves, ssh logs in to a non-root sshd and two ranks allreduce), so a
+broken image never reaches the cache.
 Each image is written as an OCI image-layout tar (one gzipped layer) whose index names the image
 (`io.containerd.image.name`), so `ctr images import` gives it its name.
 
@@ -141,8 +144,28 @@ def _controller_recipe(component: str, binary: str, entrypoint: str) -> Recipe:
 
 CONTROLLER_USER = "65532:65532"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The image's default user (a numeric USER, so that runAsNonRoot holds without a runAsUser); its group is 0.
 MPIUSER, MPIUSER_UID = "mpiuser", 1000
 HOME = f"/home/{MPIUSER}"
+# A UID as OpenShift assigns them (the first of a namespace's range), for the build's checks.
+ARBITRARY_UID = 1000680000
+# The MPI images' entrypoint. Pods run ARGS through it (the job builder sets args, not command). OpenShift's
+# restricted-v2 (and Pod Security `restricted` with any runAsUser) runs them as a UID the image does not know,
+# with group 0; ssh, sshd and Hydra refuse a user without a passwd entry. So a UID without one takes over
+# mpiuser's entry (name, home), in /etc/passwd, which group 0 may write; HOME follows (the runtime set "/").
+UID_ENTRYPOINT_PATH = "/usr/local/bin/uid-entrypoint"
+UID_ENTRYPOINT = f"""\
+#!/bin/sh
+# mpiplat: run as any UID with group 0 (OpenShift restricted-v2). See the MPI image contract in docs/sdk.md.
+if ! whoami >/dev/null 2>&1; then
+    entry="{MPIUSER}:x:$(id -u):$(id -g):MPI user:{HOME}:/bin/bash"
+    others=$(grep -v '^{MPIUSER}:' /etc/passwd)
+    printf '%s\\n%s\\n' "$others" "$entry" > /etc/passwd \\
+        || echo "uid-entrypoint: uid $(id -u) has no passwd entry and cannot add one (is its group 0?)" >&2
+    export HOME={HOME}
+fi
+exec "$@"
+"""
 
 # sshd and ssh settings go in drop-ins that Debian's /etc/ssh/sshd_config and ssh_config include
 # before their own lines (the first value of a keyword wins in both).
@@ -177,6 +200,7 @@ Port 2222
 """
 BASE_PACKAGES = ("openssh-server", "openssh-client", "python3", "python3-numpy")
 BASE_FILES = {
+    UID_ENTRYPOINT_PATH: UID_ENTRYPOINT,
     "/etc/ssh/sshd_config.d/mpiplat.conf": SSHD_DROPIN,
     "/etc/ssh/ssh_config.d/mpiplat.conf": SSH_DROPIN,
     f"{HOME}/.sshd_config": USER_SSHD_CONFIG,
@@ -185,12 +209,14 @@ BASE_FILES = {
     "/etc/hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 }
 BASE_HOOKS = (  # after the files are in: the home directory exists already
-    _in_root("useradd", "--no-create-home", "--home-dir", HOME, "--uid", str(MPIUSER_UID), "--user-group",
+    _in_root("useradd", "--no-create-home", "--home-dir", HOME, "--uid", str(MPIUSER_UID), "--gid", "0",
              "--shell", "/bin/bash", MPIUSER),
     # "*" rather than useradd's "!": sshd without PAM refuses a login to a locked account.
     _in_root("usermod", "--password", "*", MPIUSER),
-    # ~/.ssh is where mpi-operator mounts the SSH Secret (sshAuthMountPath).
-    f'mkdir -p "$1{HOME}/.ssh" && cp -rn "$1/etc/skel/." "$1{HOME}/" && chroot "$1" chown -R {MPIUSER}: {HOME}',
+    # ~/.ssh is where mpi-operator mounts the SSH Secret (sshAuthMountPath). Group 0 gets the owner's rights on
+    # the home and may complete /etc/passwd, as any UID runs with group 0 (UID_ENTRYPOINT).
+    f'mkdir -p "$1{HOME}/.ssh" && cp -rn "$1/etc/skel/." "$1{HOME}/" && chroot "$1" chown -R {MPIUSER}:0 {HOME} '
+    f'&& chmod -R g=u "$1{HOME}" && chmod g+w "$1/etc/passwd" && chmod 0755 "$1{UID_ENTRYPOINT_PATH}"',
     # No shared host keys in the image (openssh-server's postinst generated some).
     'rm -f "$1"/etc/ssh/ssh_host_*',
     # mmdebstrap leaves the build host's copies.
@@ -217,7 +243,32 @@ def _mpi_checks(library: str, mpirun: tuple[str, ...]) -> tuple[str, ...]:
         _in_root("sh", "-ec", ssh),
         _in_root("id", MPIUSER),
         _in_root("hostname"),
+        _as_arbitrary_uid(mpirun),
     )
+
+
+# Run in the image's root as ARBITRARY_UID (group 0, no passwd entry) through the entrypoint, by _as_arbitrary_uid.
+ARBITRARY_UID_CHECK = f"""\
+test "$(id -u)" = {ARBITRARY_UID} && test "$(whoami)" = {MPIUSER} && test "$HOME" = {HOME}
+ssh-keygen -q -t ed25519 -N '' -f {HOME}/.ssh/id_rsa && cp {HOME}/.ssh/id_rsa.pub {HOME}/.ssh/authorized_keys
+port=$((20000 + $$ % 20000))
+/usr/sbin/sshd -f {HOME}/.sshd_config -p "$port" -o ListenAddress=127.0.0.1
+trap 'kill "$(cat {HOME}/sshd.pid)"' EXIT
+who=$(ssh -p "$port" -o BatchMode=yes 127.0.0.1 'echo "$(id -u) $(whoami) $HOME"')
+test "$who" = "{ARBITRARY_UID} {MPIUSER} {HOME}" || {{ echo "ssh login gave: $who" >&2; exit 1; }}
+"""
+
+
+def _as_arbitrary_uid(mpirun: tuple[str, ...]) -> str:
+    """A check hook: through the entrypoint, as ARBITRARY_UID with group 0 and no passwd entry, the user
+    resolves to mpiuser with its home, a non-root sshd takes an ssh login by key, and two ranks allreduce.
+    The root's /etc/passwd and home are put back as they were, whatever the outcome."""
+    script = ARBITRARY_UID_CHECK + shlex.join([*mpirun, "python3", "-c", ALLREDUCE])
+    run = shlex.join(["chroot", f"--userspec={ARBITRARY_UID}:0", "--groups=", "ROOT", UID_ENTRYPOINT_PATH,
+                      "sh", "-ec", script]).replace(" ROOT ", ' "$1" ')
+    return (f'cp -a "$1/etc/passwd" "$1/etc/passwd.check" && cp -a "$1{HOME}" "$1{HOME}.check"; rc=0; '
+            f'{run} || rc=$?; cat "$1/etc/passwd.check" > "$1/etc/passwd"; rm -rf "$1/etc/passwd.check" "$1{HOME}" '
+            f'&& mv "$1{HOME}.check" "$1{HOME}"; exit $rc')
 
 
 def _mpi_recipe(name: str, library: str, mpirun: tuple[str, ...], packages: tuple[str, ...] = (),
@@ -233,8 +284,10 @@ def _mpi_recipe(name: str, library: str, mpirun: tuple[str, ...], packages: tupl
         checks=_mpi_checks(library, mpirun),
         dirs=("/run/sshd",),  # sshd's privilege separation directory (/var/run/sshd)
         env={"PATH": PATH, **(env or {})},
+        entrypoint=(UID_ENTRYPOINT_PATH,),
         cmd=("/bin/bash",),
         workdir=HOME,
+        user=f"{MPIUSER_UID}:0",
     )
 
 
@@ -528,6 +581,42 @@ def write_oci_archive(dest: Path, image: str, config: dict, layers: list[Layer])
             with open(la.path, "rb") as fh:
                 tar.addfile(info, fh)
     return manifest_digest
+
+
+def with_files(archive: Path, files: dict[str, tuple[str, int]], dest: Path) -> str:
+    """Write to `dest` the image of `archive` (written by write_oci_archive) under the same name, with one more
+    layer holding `files` (path in the image -> (content, mode)); returns the new manifest digest."""
+    parts: list[Path] = []
+    try:
+        with tarfile.open(archive) as tar:
+            def blob(digest: str) -> BinaryIO:
+                member = tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+                if member is None:
+                    raise ImageError(f"{archive} lacks blob {digest}")
+                return member
+
+            desc = json.loads(blob(read_index(archive)["manifests"][0]["digest"]).read())
+            config = json.loads(blob(desc["config"]["digest"]).read())
+            layers = []
+            for i, la in enumerate(desc["layers"]):
+                parts.append(dest.with_name(f"{dest.name}.{i}"))
+                with open(parts[-1], "wb") as out:
+                    shutil.copyfileobj(blob(la["digest"]), out)
+                layers.append(Layer(parts[-1], la["digest"], la["size"], config["rootfs"]["diff_ids"][i]))
+        members = []
+        for path, (content, mode) in files.items():
+            data = content.encode()
+            info = tarfile.TarInfo("." + path)
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            members.append((info, io.BytesIO(data)))
+        parts.append(dest.with_name(f"{dest.name}.extra"))
+        extra = write_layer(parts[-1], members)
+        config["rootfs"]["diff_ids"].append(extra.diff_id)
+        name = read_index(archive)["manifests"][0]["annotations"][NAME_ANNOTATION]
+        return write_oci_archive(dest, name, config, [*layers, extra])
+    finally:
+        for part in parts:
+            part.unlink(missing_ok=True)
 
 
 def read_index(archive: Path) -> dict:
@@ -886,18 +975,25 @@ def import_into(ctr: list[str], names: Iterable[str] | None = None, stream=None,
         if have.get(image) == digest:
             print(f"  present  {image} ({digest[:19]})", file=stream, flush=True)
             continue
-        cmd = [*ctr, "images", "import", *[a for k, v in IMPORT_LABELS.items() for a in ("--label", f"{k}={v}")],
-               *(["--snapshotter", snapshotter] if snapshotter else []), str(path)]
-        start = time.monotonic()
-        with progress(f"importing {image}", stream=stream):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ImageError(f"importing image {image} from {path} failed: {shlex.join(cmd)}: "
-                             f"{(proc.stderr or proc.stdout).strip() or proc.returncode}")
-        now = images_in(ctr).get(image)
-        if now != digest:
-            raise ImageError(f"importing image {image} from {path}: containerd has it at {now}, expected {digest}; "
-                             f"remove it (`ctr images rm {image}`), then retry")
-        print(f"  imported {image} in {time.monotonic() - start:.0f}s", file=stream, flush=True)
+        import_archive(ctr, image, path, stream, snapshotter)
         imported.append(image)
     return imported
+
+
+def import_archive(ctr: list[str], image: str, path: Path, stream=None, snapshotter: str | None = None) -> None:
+    """Import the archive `path` of `image` into containerd (see import_into), pinned for the CRI."""
+    stream = stream or sys.stdout
+    digest = manifest_digest(path)
+    cmd = [*ctr, "images", "import", *[a for k, v in IMPORT_LABELS.items() for a in ("--label", f"{k}={v}")],
+           *(["--snapshotter", snapshotter] if snapshotter else []), str(path)]
+    start = time.monotonic()
+    with progress(f"importing {image}", stream=stream):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ImageError(f"importing image {image} from {path} failed: {shlex.join(cmd)}: "
+                         f"{(proc.stderr or proc.stdout).strip() or proc.returncode}")
+    now = images_in(ctr).get(image)
+    if now != digest:
+        raise ImageError(f"importing image {image} from {path}: containerd has it at {now}, expected {digest}; "
+                         f"remove it (`ctr images rm {image}`), then retry")
+    print(f"  imported {image} in {time.monotonic() - start:.0f}s", file=stream, flush=True)

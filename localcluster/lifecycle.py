@@ -1,8 +1,8 @@
 """Bring the local cluster up, take it down, report its health.
 
-`up` creates (or restarts, or reuses) the control plane with kwokctl, adds the fake nodes, then,
-unless bare, the upstream CRDs, the host-run controllers, their webhook configurations and
-Trainer's runtimes.
+`up` creates (or restarts, or reuses) the control plane with kwokctl, then, unless bare, the
+restricted-v2 emulation (scc); it adds the fake nodes, then, unless bare, the upstream CRDs, the
+host-run controllers, their webhook configurations and Trainer's runtimes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mpiplat.localcluster import build, certs, configs, nodes, processes, realnode, webhooks
+from mpiplat.localcluster import build, certs, configs, nodes, processes, realnode, scc, webhooks
 from mpiplat.localcluster.kubectl import apply, kubectl
 from mpiplat.localcluster.progress import progress
 from mpiplat.localcluster.state import (
@@ -186,6 +186,9 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
         realnode.record_host()
 
     _control_plane(comps, start, real)
+    if not bare:  # before any namespace of the cluster's users
+        _retry(lambda: apply(scc.manifests()), 30)
+        _say("  OpenShift restricted-v2 emulation: namespaces' UID ranges and the pods' UIDs (admission policies)")
     apply(nodes.manifests(pools, [realnode.KWOK_TAINT] if real else []))
     _say(f"  nodes: {sum(p['count'] for p in pools)} fake nodes from {len(pools)} pool(s)"
          + (f", tainted {realnode.KWOK_TAINT['key']}" if real else ""))
@@ -199,7 +202,8 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
 
     crd_objs = webhooks.crds(comps)
     with progress(f"applying {len(crd_objs)} CRDs", every=PLAIN_EVERY):
-        apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in NAMESPACES])
+        apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": scc.EXEMPT_RUN_LEVEL}}
+               for ns in NAMESPACES])
         apply(crd_objs)
         kubectl("wait", "--for=condition=Established", "--timeout=60s",
                 *[f"crd/{c['metadata']['name']}" for c in crd_objs])

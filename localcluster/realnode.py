@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from mpiplat.localcluster import build, certs, hoststate, processes
+from mpiplat.localcluster import build, certs, hoststate, processes, scc
 from mpiplat.localcluster.kubectl import apply, kubectl
 from mpiplat.localcluster.state import (
     DEFAULT_INSTANCE,
@@ -580,8 +580,10 @@ def _storage_files() -> dict[str, str]:
     """local-path-provisioner's config, helper pod and scripts (also its ConfigMap's data)."""
     from mpiplat.localcluster import images
 
+    # Root, to make and remove the volumes' directories on the node (the image's own user is not).
     helper = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "helper-pod"},
-              "spec": {"containers": [{"name": "helper", "image": images.LOCAL_IMAGES["OpenMPI"],
+              "spec": {"securityContext": {"runAsUser": 0},
+                       "containers": [{"name": "helper", "image": images.LOCAL_IMAGES["OpenMPI"],
                                        "imagePullPolicy": "IfNotPresent"}]}}
     config = {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
                                "paths": [str(node_dir() / "local-path")]}]}
@@ -591,10 +593,12 @@ def _storage_files() -> dict[str, str]:
 
 
 def storage_objects() -> list[dict]:
-    """The provisioner's namespace, service account (its helper pods'), ConfigMap and StorageClass."""
+    """The provisioner's namespace (a system one: exempt from the restricted-v2 emulation), service account
+    (its helper pods'), ConfigMap and StorageClass."""
     meta = {"namespace": STORAGE_NAMESPACE}
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STORAGE_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STORAGE_NAMESPACE,
+                                                              "labels": scc.EXEMPT_RUN_LEVEL}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": STORAGE_SA, **meta}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STORAGE_CONFIGMAP, **meta},
          "data": _storage_files()},

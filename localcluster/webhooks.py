@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from mpiplat.jobs import restricted_runtime
 from mpiplat.localcluster.processes import CONTROLLERS
 from mpiplat.localcluster.state import ClusterError
 from mpiplat.versions import Component, VersionsError, module_dir
@@ -81,9 +82,10 @@ def webhook_configs(comps: dict[str, Component], ca: bytes) -> list[dict]:
 
 
 def training_runtimes(comps: dict[str, Component]) -> list[dict]:
-    """Trainer's ClusterTrainingRuntimes, their untagged images pinned to the Trainer version."""
+    """Trainer's ClusterTrainingRuntimes, their untagged images pinned to the Trainer version, made to run under
+    restricted-v2 as the kubeflow_trainer role makes them (mpiplat.jobs.restricted_runtime)."""
     comp = comps["trainer"]
-    objs = docs(module_files(comp, "runtimes"))
+    objs = [restricted_runtime(obj) for obj in docs(module_files(comp, "runtimes"))]
     for obj in objs:
         for rjob in obj["spec"]["template"]["spec"]["replicatedJobs"]:
             for c in rjob["template"]["spec"]["template"]["spec"].get("containers", []):

@@ -102,21 +102,23 @@ def test_namespace_labels_pod_security_and_kueue(defaults):
     labels = named(defaults, "Namespace", TEAM)["metadata"]["labels"]
     assert labels["mpiplat.io/team"] == TEAM
     assert labels["kueue.openshift.io/managed"] == "true"
-    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
-    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
-    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
-    assert labels["pod-security.kubernetes.io/enforce-version"] == "latest"
+    # restricted is enforced, not only audited: MPI pods that run as non-root pass it (README "Pod Security").
+    for level in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{level}"] == "restricted", level
+        assert labels[f"pod-security.kubernetes.io/{level}-version"] == "latest", level
     assert "annotations" not in named(defaults, "Namespace", TEAM)["metadata"]
 
 
-def test_namespace_label_values_are_configurable(render):
+@pytest.mark.parametrize("enforce", ["baseline", "privileged"])
+def test_namespace_label_values_are_configurable(render, enforce):
+    """A team whose images need root can still get a looser level than the restricted default."""
     objs = render({**BASE, "namespace": {
         "kueueManagedLabel": "", "labels": {"tier": "gold"},
-        "podSecurity": {"enforce": "restricted", "audit": "", "warn": "", "version": "v1.34"}}})
+        "podSecurity": {"enforce": enforce, "audit": "", "warn": "", "version": "v1.34"}}})
     labels = named(objs, "Namespace", TEAM)["metadata"]["labels"]
     assert labels["tier"] == "gold"
     assert "kueue.openshift.io/managed" not in labels
-    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce"] == enforce
     assert labels["pod-security.kubernetes.io/enforce-version"] == "v1.34"
     assert not any(k.startswith(("pod-security.kubernetes.io/audit", "pod-security.kubernetes.io/warn"))
                    for k in labels)

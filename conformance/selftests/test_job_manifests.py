@@ -29,7 +29,8 @@ def test_a_workload_trainjob_runs_mpirun_on_the_launcher_with_the_program_mounte
     body = _workload_trainjob(runtime="rt", runtime_kind="TrainingRuntime", image="img:1")["spec"]
     assert body["runtimeRef"] == {"name": "rt", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}
     assert body["trainer"]["image"] == "img:1" and body["trainer"]["numNodes"] == 2
-    command = body["trainer"]["command"]
+    assert "command" not in body["trainer"]  # args: the image's entrypoint runs first
+    command = body["trainer"]["args"]
     assert command[:2] == ["sh", "-c"] and command[3] == "mpi"  # $0: the subdomain, the TrainJob's name
     assert command[4:] == ["mpirun", "--allow-run-as-root", "--bind-to", "none",
                            "python3", f"{jobs.WORKLOADS_DIR}/allreduce.py", "--counts", "1"]
@@ -142,7 +143,7 @@ def _ssh_bin(tmp_path: Path, hostfile: str, answers_after: dict[str, int]) -> di
 
 def _mpijob_launch(env: dict[str, str], implementation: str = "OpenMPI") -> subprocess.CompletedProcess:
     command = jobs.mpijob(jobs.MPIJob(name="j", implementation=implementation, command=["python3", "x.py"]))[
-        "spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+        "spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"]
     assert command[4] == "mpirun" and command[-2:] == ["python3", "x.py"]
     return subprocess.run([*command[:4], "echo", "ran", *command[5:]], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
@@ -264,3 +265,57 @@ def test_the_launcher_creation_policy_is_the_builders_choice_with_wait_for_worke
     with pytest.raises(jobs.JobSpecError, match=r"launcher_creation_policy is 'Later'; allowed: WaitForWorkersReady, "
                                                 r"AtStartup"):
         policy(launcher_creation_policy="Later")
+
+
+# ---------------------------------------------------------------- OpenShift's restricted-v2, Pod Security restricted
+
+RESTRICTED = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+              "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _pod_specs(manifest: dict) -> dict[str, dict]:
+    return {role: spec["template"]["spec"] for role, spec in manifest["spec"]["mpiReplicaSpecs"].items()}
+
+
+@pytest.mark.parametrize("implementation", jobs.IMPLEMENTATIONS)
+@pytest.mark.parametrize("extra", [{}, {"workload": "allreduce", "pvc": "data"}], ids=["plain", "workload-pvc"])
+def test_the_builders_pods_meet_pod_security_restricted_and_take_the_clusters_uid(implementation, extra):
+    """Every container sets what Pod Security `restricted` asks, and no runAsUser or fsGroup: the cluster's
+    apply (OpenShift: the namespace's first UID and group). Programs go in args, so the image's entrypoint
+    (which gives an arbitrary UID its user) runs first."""
+    for role, pod in _pod_specs(jobs.mpijob(jobs.MPIJob(name="j", implementation=implementation, **extra))).items():
+        assert "fsGroup" not in (pod.get("securityContext") or {}), role
+        [container] = pod["containers"]
+        assert container["securityContext"] == RESTRICTED, role
+        assert "command" not in container and container["args"], role
+
+
+def test_a_chosen_uid_is_kept_and_root_is_only_by_choice():
+    chosen = jobs.mpijob(jobs.MPIJob(name="j", run_as_user=1000680001, pvc="data"))
+    for pod in _pod_specs(chosen).values():
+        assert pod["containers"][0]["securityContext"] == {"runAsUser": 1000680001, **RESTRICTED}
+        assert pod["securityContext"] == {"fsGroup": 1000680001}
+    root = _pod_specs(jobs.mpijob(jobs.MPIJob(name="j", run_as_user=0)))["Worker"]["containers"][0]
+    assert root["securityContext"] == {"runAsUser": 0, "runAsNonRoot": False}
+    assert root["args"] == ["/usr/sbin/sshd", "-De", "-p", "2222"]
+    with pytest.raises(jobs.JobSpecError, match=r"run_as_user is -1; allowed: a uid >= 0, or None"):
+        jobs.mpijob(jobs.MPIJob(name="j", run_as_user=-1))
+
+
+@pytest.mark.parametrize("runtime_file", TRAINER_RUNTIMES)
+def test_the_pinned_mpi_runtimes_are_made_restricted(trainer_root, runtime_file):
+    """Trainer's runtimes fix uid 1000 (runAsUser, runAsGroup, fsGroup), which restricted-v2 refuses outside the
+    namespace's range, and set nothing of what Pod Security `restricted` asks; restricted_runtime makes every pod
+    take the cluster's UID with the restricted fields, and its command runs after the image's entrypoint."""
+    upstream = yaml.safe_load((trainer_root / "manifests/base/runtimes" / runtime_file).read_text())
+    pods = [j["template"]["spec"]["template"]["spec"] for j in upstream["spec"]["template"]["spec"]["replicatedJobs"]]
+    assert any(c.get("securityContext", {}).get("runAsUser") for p in pods for c in p["containers"])
+    made = jobs.restricted_runtime(upstream)
+    assert made["spec"]["mlPolicy"] == upstream["spec"]["mlPolicy"]
+    for rjob, before in zip(made["spec"]["template"]["spec"]["replicatedJobs"], pods, strict=True):
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(pod.get("securityContext") or {}), rjob["name"]
+        for container, was in zip(pod["containers"], before["containers"], strict=True):
+            assert container["securityContext"] == RESTRICTED, rjob["name"]
+            assert "command" not in container
+            assert container.get("args", []) == [*was.get("command", []), *was.get("args", [])]

@@ -83,7 +83,8 @@ def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, 
     kube.core.create_namespaced_pod(ns, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-user"},
         "spec": {"automountServiceAccountToken": False, **pod_spec(place()), "containers": [{
-            "name": "c", "image": "busybox", "resources": {"requests": {gpu: "4"}, "limits": {gpu: "4"}}}]}})
+            "name": "c", "image": "busybox", "securityContext": jobs.security_context(None),
+            "resources": {"requests": {gpu: "4"}, "limits": {gpu: "4"}}}]}})
     _wait_for_quota(kube, ns, "gpus", lambda st: (st.used or {}).get(key) == "4", "did not count the pod's 4 GPUs")
     greedy = _job(mpijob_spec, "greedy", ns, workers=3, gpus_per_worker=2)
     # The policy must have seen the quota (and its used 4) before a submit can be judged.

@@ -11,6 +11,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
+from mpiplat.conformance import identity
+from mpiplat.conformance.health import api_message
 from mpiplat.conformance.placement import Placement, pod_spec
 from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, deadline, submit_job, wait_pods, waited
 from mpiplat.kube import MPIJOB, label_selector
@@ -283,7 +285,7 @@ def _start_probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str
     tries = int(within / 0.5)
     script = (f"for i in $(seq {tries}); do if timeout 1 bash -c '</dev/tcp/{ip}/{PROBE_PORT}' 2>/dev/null; "
               "then echo OPEN; exit 0; fi; sleep 0.5; done; echo CLOSED")
-    pod_security = {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+    pod_security = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     container_security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     kube.core.create_namespaced_pod(ns, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
@@ -336,3 +338,71 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
     assert unguarded == "OPEN", (f"with the policies removed, a pod in namespace {outsider_ns} still could not "
                                  f"reach worker {ip}:{PROBE_PORT} ({unguarded}): the probe cannot tell enforcement "
                                  "from a broken pod network")
+
+
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def _dry_run_refusal(kube, ns: str, pod: dict) -> str:
+    """The API server's refusal of `pod` in `ns` (a server-side dry run: nothing is created); "" if admitted."""
+    try:
+        kube.dry_run_create(f"/api/v1/namespaces/{ns}/pods", pod)
+    except ApiException as err:
+        if err.status in (400, 403, 422):
+            return api_message(err)
+        raise
+    return ""
+
+
+@pytest.mark.requirement("ISO-05")
+@pytest.mark.read_only
+def test_team_namespaces_enforce_pod_security_restricted(kube, settings):
+    """Each configured team's namespace enforces Pod Security `restricted` (its label
+    pod-security.kubernetes.io/enforce; the mpi-tenant chart's default), and the cluster really enforces it
+    there: a server-side dry run of a privileged pod is refused by Pod Security. Fails on a team namespace that
+    enforces less (baseline, privileged, no label), or a cluster that does not enforce Pod Security."""
+    wrong = []
+    for team in settings.teams:
+        level = (kube.core.read_namespace(team.namespace).metadata.labels or {}).get(PSA_ENFORCE)
+        if level != "restricted":
+            wrong.append(f"team {team.name}'s namespace {team.namespace} enforces Pod Security "
+                         f"{level or 'nothing (no ' + PSA_ENFORCE + ' label)'}, not restricted: set the tenancy "
+                         "role's pod security level (mpi-tenant chart namespace.podSecurity.enforce) to restricted")
+            continue
+        refusal = _dry_run_refusal(kube, team.namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mpiplat-iso05-privileged"},
+            "spec": {"containers": [{"name": "probe", "image": settings.images["OpenMPI"],
+                                     "securityContext": {"privileged": True}}]}})
+        if "PodSecurity" not in refusal:
+            wrong.append(f"team {team.name}'s namespace {team.namespace} is labelled restricted, but a privileged pod "
+                         f"was {'refused for another reason: ' + refusal if refusal else 'admitted'} (a dry run): "
+                         "does the API server run the PodSecurity admission plugin?")
+    assert not wrong, "; ".join(wrong)
+
+
+@pytest.mark.requirement("ISO-05", needs=["pod_network"])
+@pytest.mark.parametrize("implementation", jobs.IMPLEMENTATIONS)
+def test_mpijob_runs_as_an_arbitrary_uid_with_group_0_under_restricted(kube, run, mpijob_spec, implementation):
+    """A real MPIJob of 2 workers, as the job builder writes it (no runAsUser), in a namespace that enforces
+    Pod Security `restricted`, runs as the UID the cluster assigns (the first of the namespace's
+    openshift.io/sa.scc.uid-range, as OpenShift's restricted-v2 assigns it) with group 0: whoami.py's 2 ranks,
+    one on each worker, report that UID and gid 0. Where the cluster assigns none (vanilla Kubernetes), the job
+    asks for a random high UID that no image knows. Fails on an MPI image whose ssh, sshd or MPI launcher needs
+    a passwd entry or a fixed UID, or that needs a capability or privilege escalation (then Pod Security
+    refuses its pods)."""
+    ns = run.namespace()
+    level = (kube.core.read_namespace(ns).metadata.labels or {}).get(PSA_ENFORCE)
+    assert level == "restricted", f"the test namespace {ns} enforces Pod Security {level}, not restricted"
+    assigned = identity.uid_range(kube, ns)
+    uid = assigned[0] if assigned else identity.arbitrary_uid()
+    name = "arbitrary-uid"
+    spec = mpijob_spec(name, ns, real=True, implementation=implementation, workers=2,
+                       run_as_user=None if assigned else uid)
+    found, took = identity.run_whoami_job(kube, spec, uid)
+    assert found["gids"] == [0, 0], f"the ranks ran with groups {found['gids']}, not 0: {found}"
+    if assigned:
+        for pod in kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items:
+            fixed = [c.name for c in pod.spec.containers if c.security_context and c.security_context.run_as_user]
+            assert not fixed, f"{pod.metadata.name}: containers {fixed} set a runAsUser: the cluster's was not used"
+    run.record("ISO-05", f"{implementation}: submit -> Succeeded (2 workers, "
+               f"{'the namespace' if assigned else 'a random'} uid {uid}, gid 0)", took["to_succeeded"], "s")

@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
-from mpiplat.conformance import workloads
+from mpiplat.conformance import identity, workloads
 from mpiplat.conformance.health import api_message
 from mpiplat.conformance.watch import (
     JOB_LABEL,
@@ -24,7 +24,6 @@ from mpiplat.conformance.watch import (
     submit,
     submit_job,
     wait_pods,
-    wait_workload_job,
     waited,
 )
 from mpiplat.conformance.workloads import results
@@ -357,59 +356,33 @@ def test_no_launcher_exists_until_every_worker_is_ready(kube, run, capabilities,
                                             f"(launcher pod {launcher.metadata.name})")
 
 
-NON_ROOT_UID = 1000
 NON_ROOT_SSH = "/home/mpiuser/.ssh"  # the MPI user's ~/.ssh: where its ssh client and its sshd look
-
-
-def _seconds(later, earlier) -> float:
-    return (later - earlier).total_seconds()
 
 
 @pytest.mark.requirement("JOB-11", needs=["pod_network"])
 @pytest.mark.parametrize("implementation", ["OpenMPI", "Intel"])
-def test_non_root_mpijob_runs_every_rank_as_uid_1000_on_its_own_worker(kube, run, mpijob_spec, implementation):
-    """A real MPIJob of 2 workers whose launcher and workers run as uid 1000 (runAsUser, runAsNonRoot) with
-    the job's SSH keys at sshAuthMountPath /home/mpiuser/.ssh succeeds, and shows from inside that it ran
-    as that user: whoami.py's 2 ranks report uid 1000 (real and effective), one on each worker pod. It fails
-    when a rank runs as another user, when the ranks do not span the workers, or when SSH does not work for
-    the non-root user (keys where its ssh or its sshd do not look: the workers' sshd exits, or mpirun cannot
-    log in)."""
+def test_non_root_mpijob_runs_every_rank_as_the_chosen_uid_on_its_own_worker(kube, run, mpijob_spec, implementation):
+    """A real MPIJob of 2 workers whose launcher and workers run as a chosen non-root UID (runAsUser,
+    runAsNonRoot) with the job's SSH keys at sshAuthMountPath /home/mpiuser/.ssh succeeds, and shows from inside
+    that it ran as that user: whoami.py's 2 ranks report that UID (real and effective), one on each worker pod.
+    The UID is one the namespace allows that is not its default (the second of an OpenShift-style range), else a
+    random high one no image knows. It fails when a rank runs as another user, when the ranks do not span the
+    workers, or when SSH does not work for the user (no passwd entry, keys where its ssh or its sshd do not
+    look: the workers' sshd exits, or mpirun cannot log in)."""
     ns = run.namespace()
-    kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
+    found = identity.uid_range(kube, ns)
+    uid = found[0] + 1 if found else identity.arbitrary_uid()
     name = "nonroot"
-    spec = mpijob_spec(name, ns, real=True, implementation=implementation, workers=2, run_as_user=NON_ROOT_UID,
-                       ssh_auth_mount_path=NON_ROOT_SSH, workload="whoami",
-                       workload_args=["--expect-uid", str(NON_ROOT_UID), "--min-hosts", "2"],
-                       launcher_restart_policy="Never")  # a failed launcher keeps its log for the report
-    start = time.monotonic()
-    submit_job(kube, spec)
-    running = all_running(2)
-    try:  # until both workers run, one has failed (e.g. its non-root sshd found no host key) or cannot pull
-        workers = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker",
-                            lambda pods: running(pods) or pull_failure(pods)
-                            or any(p.status.phase == "Failed" for p in pods), timeout=120)
-    except TimeoutError as err:
-        raise AssertionError(f"{ns}/{name}: the workers did not run: {err}\n{diagnose(kube, ns, name)}") from err
-    if pull_failure(workers):
-        raise AssertionError(f"{ns}/{name}: the workers cannot pull image {spec.image}: {diagnose(kube, ns, name)}")
-    to_running = time.monotonic() - start
-    if not running(workers):
-        logs = "\n".join(f"--- {p.metadata.name}\n{kube.core.read_namespaced_pod_log(p.metadata.name, ns)[-1000:]}"
-                         for p in workers if p.status.phase == "Failed")
-        raise AssertionError(f"{ns}/{name}: a worker failed: {diagnose(kube, ns, name)}\n{logs}")
-    [found], seen = wait_workload_job(kube, name, ns, "whoami", ranks=2, timeout=300, start=start)
-    assert found["uids"] == found["euids"] == [NON_ROOT_UID] * 2, found
-    assert sorted(found["hosts"]) == sorted(p.metadata.name for p in workers), found
-    launchers = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name},{ROLE_LABEL}=launcher").items
-    for pod in [*workers, *launchers]:
+    spec = mpijob_spec(name, ns, real=True, implementation=implementation, workers=2, run_as_user=uid,
+                       ssh_auth_mount_path=NON_ROOT_SSH)
+    _, took = identity.run_whoami_job(kube, spec, uid)
+    pods = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items
+    for pod in pods:
         [container] = pod.spec.containers
         assert (container.security_context.run_as_user, container.security_context.run_as_non_root) == \
-            (NON_ROOT_UID, True), pod.metadata.name
+            (uid, True), pod.metadata.name
         assert NON_ROOT_SSH in {m.mount_path for m in container.volume_mounts or []}, pod.metadata.name
-    created_to_running = max(_seconds(p.status.container_statuses[0].state.running.started_at,
-                                      p.metadata.creation_timestamp) for p in workers)
     run.record("JOB-11", f"{implementation}: worker pod created -> container running (slowest of 2)",
-               created_to_running, "s")
-    run.record("JOB-11", f"{implementation}: submit -> both workers Running", to_running, "s")
-    run.record("JOB-11", f"{implementation}: submit -> Succeeded (2 workers, uid {NON_ROOT_UID})",
-               seen["Succeeded"], "s")
+               took["created_to_running"], "s")
+    run.record("JOB-11", f"{implementation}: submit -> both workers Running", took["to_running"], "s")
+    run.record("JOB-11", f"{implementation}: submit -> Succeeded (2 workers, uid {uid})", took["to_succeeded"], "s")

@@ -1,6 +1,6 @@
-"""Who ran each rank, and where: the user and host of every rank, checked from inside (JOB-11).
+"""Who ran each rank, and where: the user and host of every rank, checked from inside (JOB-11, ISO-05).
 
-Usage: mpiexec -n N python whoami.py [--expect-uid 1000] [--min-hosts 2]
+Usage: mpiexec -n N python whoami.py [--expect-uid UID] [--min-hosts 2]
 
 Every rank reports its real and effective uid and gid, its user name and its host name; rank 0
 gathers them. The check fails when a rank's real or effective uid is not --expect-uid (when given),

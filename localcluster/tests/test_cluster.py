@@ -151,3 +151,36 @@ def test_failure_injection_sets_reason_and_exit_code(kube, namespace):
             w.stop()
     assert terminated is not None, "no worker failed within 90s"
     assert (terminated.reason, terminated.exit_code) == ("OOMKilled", 137)
+
+
+def test_the_restricted_v2_emulation_gives_namespaces_uid_ranges_and_pods_their_uid(kube, namespace):
+    """OpenShift's restricted-v2, emulated by admission policies (localcluster/scc.py): a new namespace gets its
+    ranges in OpenShift's annotations (and again when an update drops them); a pod that sets no runAsUser gets the
+    range's first UID and group, one outside the range is refused in OpenShift's words; kube-system is exempt."""
+    from mpiplat.localcluster import scc
+
+    annotations = kube.core.read_namespace(namespace).metadata.annotations or {}
+    assert annotations.get(scc.UID_RANGE) == annotations.get(scc.GROUP_RANGE) == scc.uid_range(namespace)
+    first = int(scc.uid_range(namespace).split("/")[0])
+    last = first + scc.BLOCK - 1
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+
+    def pod(security: dict | None = None) -> dict:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "uid"},
+                "spec": {"containers": [{"name": "c", "image": "mpiplat.local/pause:1",
+                                         **({"securityContext": security} if security else {})}]}}
+
+    made = kube.dry_run_create(pods, pod())["spec"]["securityContext"]
+    assert (made["runAsUser"], made["fsGroup"]) == (first, first)
+    assert kube.dry_run_create(pods, pod({"runAsUser": last}))["spec"]["containers"][0]["securityContext"] == \
+        {"runAsUser": last}
+    with pytest.raises(ApiException) as refused:
+        kube.dry_run_create(pods, pod({"runAsUser": 1000}))
+    assert ('unable to validate against any security context constraint: [provider "restricted-v2": '
+            f'.containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [{first}, {last}]]') \
+        in refused.value.body
+    kube.dry_run_create("/api/v1/namespaces/kube-system/pods", pod({"runAsUser": 1000}))
+    kube.core.patch_namespace(namespace, [{"op": "remove", "path": "/metadata/annotations/"
+                                           + scc.UID_RANGE.replace("/", "~1")}])
+    assert (kube.core.read_namespace(namespace).metadata.annotations or {}).get(scc.UID_RANGE) == \
+        scc.uid_range(namespace)

@@ -77,7 +77,7 @@ def test_mpijob_builder_wires_workers_slots_queue_and_gpus():
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert worker["resources"]["limits"][jobs.GPU_RESOURCE] == "1"
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert launcher["command"][4:9] == ["mpirun", "--allow-run-as-root", "-np", "6", "--bind-to"]
+    assert launcher["args"][4:9] == ["mpirun", "--allow-run-as-root", "-np", "6", "--bind-to"]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -113,7 +113,7 @@ def test_workload_jobs_mount_the_programs_and_run_them_under_mpirun():
                                   workload="allreduce", workload_args=["--count", "8"]))
     replicas = job["spec"]["mpiReplicaSpecs"]
     launcher = replicas["Launcher"]["template"]["spec"]
-    assert launcher["containers"][0]["command"][4:] == ["mpirun", "-n", "4", "-ppn", "2", "python3",
+    assert launcher["containers"][0]["args"][4:] == ["mpirun", "-n", "4", "-ppn", "2", "python3",
                                                         "/opt/mpiplat/allreduce.py", "--count", "8"]
     for role in ("Launcher", "Worker"):
         pod = replicas[role]["template"]["spec"]
@@ -165,10 +165,11 @@ def test_only_the_default_instance_runs_the_controllers(monkeypatch):
         cluster.up()
 
 
-def test_ci_installs_every_debian_package_the_real_node_needs():
-    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
-    debs = set(re.search(r"^debs=\(([^)]*)\)", ci, re.M).group(1).split())
-    assert set(realnode.DEBIAN.values()) <= debs
+def test_make_setup_installs_the_debian_packages_the_local_cluster_needs():
+    """The Makefile's DEBS (what `make setup` installs) is Debian's prometheus plus the real node's packages."""
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    [debs] = re.findall(r"^DEBS = (.+)$", makefile, re.MULTILINE)
+    assert sorted(debs.split()) == sorted({"prometheus", *realnode.DEBIAN.values()})
 
 
 # ---------------------------------------------------------------- a second cluster's real node
@@ -225,3 +226,16 @@ def test_kernel_sysctls_are_recorded_by_the_first_node_and_restored_by_the_last(
     assert hoststate.release("mpiplat") is None  # helm's node still runs
     assert hoststate.release("helm") == {"kernel.panic": "0"}  # the last one writes them back
     assert not hoststate.SHARED.exists()
+
+
+def test_the_restricted_v2_emulation_gives_names_that_differ_in_one_character_their_own_uid_range():
+    from mpiplat.localcluster import scc
+
+    names = ["team-a", "team-b", "team-c", "mpiplat-conf-0", "mpiplat-conf-1", "a" * 63, "b" + "a" * 62]
+    ranges = {scc.uid_range(n) for n in names}
+    assert len(ranges) == len(names)
+    for value in ranges:
+        first, size = (int(x) for x in value.split("/"))
+        assert size == scc.BLOCK and scc.FIRST_UID <= first and first + size - 1 < 2**31 - 1
+        assert (first - scc.FIRST_UID) % scc.BLOCK == 0
+

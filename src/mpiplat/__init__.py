@@ -13,7 +13,8 @@ except PackageNotFoundError:  # pragma: no cover - running from a tree that was 
 
 # The SDK's names, imported on first use so `mpiplat --version` does not load the Kubernetes client.
 _SDK = {"MPIJob": "mpiplat.jobs", "JobSpecError": "mpiplat.jobs", "Client": "mpiplat.sdk",
-        "AsyncClient": "mpiplat.sdk", "JobStatus": "mpiplat.sdk", "JobError": "mpiplat.sdk"}
+        "AsyncClient": "mpiplat.sdk", "JobStatus": "mpiplat.sdk", "JobError": "mpiplat.sdk",
+        "PodsRefused": "mpiplat.sdk"}
 __all__ = ["__version__", *_SDK]
 
 

@@ -16,6 +16,10 @@ from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, REQUIRED_TOPOLOGY
 from mpiplat.kube import LOCALQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kube, condition, has_condition
 
 _PULL = "check the image name and tag, the pull secret, or the registry mirror (mpiplat_image_registry)"
+_PASSWD_FIX = ("make /etc/passwd group-0 writable and complete it in the entrypoint (set args, not command, so the "
+               "entrypoint runs), or use nss_wrapper; see docs/sdk.md 'Your own image'")
+_KEY_FIX = ("mount the key where the user looks (sshAuthMountPath under the user's home, not /root/.ssh, whose mode "
+            "0600 makes it root-only) or set fsGroup")
 REMEDIES = {
     "OOMKilled": "raise the {role} memory limit (resources.limits.memory) or lower the per-rank batch size",
     "ErrImagePull": _PULL,
@@ -51,10 +55,31 @@ _SSH_FAILED = (
     # "ssh: Could not resolve hostname j-worker-1.j.ns.svc: Temporary failure in name resolution"
     re.compile(r"ssh: (?P<error>Could not resolve hostname (?P<host>[^:\s]+): [^\r\n]+)"),
 )
+# What a pod's log shows when its uid has no passwd entry (OpenShift's restricted-v2 runs pods as an arbitrary
+# uid with group 0): the client ssh and some sshd refuse to go on, so do Python's getpass and coreutils.
+_USER_UNKNOWN = (
+    re.compile(r"No user exists for uid (?P<uid>\d+)"),  # OpenSSH
+    re.compile(r"You don't exist, go away!"),  # older OpenSSH ssh
+    re.compile(r"getpwuid\(\): uid not found: (?P<uid>\d+)"),  # Python: KeyError from getpass.getuser(), pwd
+    re.compile(r"cannot find name for user ID (?P<uid>\d+)"),  # whoami, id -un
+    # Our MPI images' entrypoint, where it may not write /etc/passwd (group 0 may)
+    re.compile(r"uid (?P<uid>\d+) has no passwd entry and cannot add one"),
+)
+# An SSH key the pod's uid cannot read: the client's identity, sshd's host key (the job's key, for mpi-operator).
+_KEY_UNREADABLE = (
+    re.compile(r'Load key "(?P<path>[^"]+)": Permission denied'),  # ssh
+    # sshd, then "sshd: no hostkeys available -- exiting." (it says the same where the file is missing)
+    re.compile(r"Unable to load host key: (?P<path>\S+)"),
+)
+# A non-root sshd whose uid has no passwd entry still starts (OpenSSH 9.2), then refuses the login:
+# "Invalid user mpiuser from 10.244.0.7 port 40312"; the client says "mpiuser@<host>: Permission denied (...)".
+_LOGIN_UNKNOWN = re.compile(r"Invalid user (?P<user>\S+) from \S+")
+_LOGIN_REFUSED = re.compile(r"(?P<user>[^@\s]+)@(?P<host>[^:\s]+): Permission denied \((?P<methods>[^)]*)\)")
 # Kueue's Topology Aware Scheduling on a pod set no domain of the required level can hold.
 TOPOLOGY_WAIT = re.compile(r'topology "[^"]+" (allows to fit only|doesn\'t allow to fit)')
 LOG_TAIL_LINES = 500  # mpirun's last words are at the end of the launcher's log
 LOG_TIMEOUT_S = 10
+LOG_READS_MAX = 3  # crashed pods whose logs diagnose reads: a uid's or key's trouble shows in each
 
 
 @dataclass(frozen=True)
@@ -76,9 +101,57 @@ class Unreachable:
     ssh_exit: int | None = None
 
 
-def launcher_log_failure(log: str) -> RankSignalled | Unreachable | None:
+@dataclass(frozen=True)
+class LoginRefused:
+    """A host whose sshd refused mpirun's ssh login as `user`."""
+
+    host: str
+    user: str
+    methods: str = ""
+
+
+@dataclass(frozen=True)
+class UserUnknown:
+    """A process that found no passwd entry for its uid (`uid` where the message gives it), as `said`."""
+
+    said: str
+    uid: int | None = None
+
+
+@dataclass(frozen=True)
+class KeyUnreadable:
+    """An SSH key at `path` that ssh (`host_key` False) or sshd (True) could not load, as `said`."""
+
+    path: str
+    said: str
+    host_key: bool = False
+
+
+@dataclass(frozen=True)
+class LoginUnknown:
+    """sshd that knows no `user`, the name a client logs in as, as `said`."""
+
+    user: str
+    said: str
+
+
+def identity_failure(log: str) -> UserUnknown | KeyUnreadable | LoginUnknown | None:
+    """The first sign in a pod's log that its uid has no passwd entry or cannot read its SSH key, else None."""
+    found: list[tuple[int, UserUnknown | KeyUnreadable | LoginUnknown]] = []
+    for rx in _USER_UNKNOWN:
+        if m := rx.search(log):
+            found.append((m.start(), UserUnknown(m[0], int(m["uid"]) if m.groupdict().get("uid") else None)))
+    for rx in _KEY_UNREADABLE:
+        if m := rx.search(log):
+            found.append((m.start(), KeyUnreadable(m["path"], m[0], host_key=m[0].startswith("Unable"))))
+    if m := _LOGIN_UNKNOWN.search(log):
+        found.append((m.start(), LoginUnknown(m["user"], m[0])))
+    return min(found, key=lambda f: f[0])[1] if found else None
+
+
+def launcher_log_failure(log: str) -> RankSignalled | Unreachable | LoginRefused | None:
     """The first failure mpirun reports in a launcher's log that names a host, else None."""
-    found: list[tuple[int, RankSignalled | Unreachable]] = []
+    found: list[tuple[int, RankSignalled | Unreachable | LoginRefused]] = []
     for rx in _RANK_SIGNALLED:
         matches = list(rx.finditer(log))
         if matches:
@@ -95,6 +168,8 @@ def launcher_log_failure(log: str) -> RankSignalled | Unreachable | None:
             found.append((m.start(), Unreachable(m["host"], int(g["port"]) if g.get("port") else None,
                                                  (g.get("error") or "").strip(),
                                                  status >> 8 if status is not None else None)))
+    if m := _LOGIN_REFUSED.search(log):
+        found.append((m.start(), LoginRefused(m["host"], m["user"], m["methods"])))
     return min(found, key=lambda f: f[0])[1] if found else None
 
 
@@ -243,6 +318,14 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESO
             failures.append((labels.get(ROLE_LABEL, "pod"), labels.get(INDEX_LABEL), pod.metadata.name, *failure))
     # Workers first: a launcher failure usually follows a worker's death and hides it.
     failures.sort(key=lambda f: (f[0] != "worker", f[2]))
+    if state not in ("Succeeded", "Complete"):
+        # A worker that exited or crash-loops may say why in its log: no passwd entry for its uid, an SSH key it
+        # cannot read (its sshd's host key). The launcher's log is read below.
+        found = _identity_of_crashed_pods(kube, namespace, pods)
+        if found:
+            cause, remedy = found
+            return Diagnosis(job_ref, state, cause, remedy, [f"{f[0]} {f[3]} (exit {f[4]})" for f in failures]
+                             + details)
     if kind == "MPIJob" and state not in ("Succeeded", "Complete") and not (failures and failures[0][0] == "worker"):
         # No worker pod failed; mpirun's report in the launcher's log may name the worker (a rank killed
         # inside a running worker, an unreachable worker), also while the job still runs (MPICH waits on).
@@ -316,18 +399,91 @@ def _pending_claims(kube: Kube, namespace: str, pods, events) -> list[str]:
     return found
 
 
-def _launcher_log(kube: Kube, namespace: str, pod) -> str:
-    """The end of a launcher pod's log, and of its previous run's where the container restarted."""
+def _main_container(pod, role: str) -> str:
+    """The name of a pod's container named `role` (as the job builder names them), else of its first."""
+    names = [c.name for c in (pod.spec.containers if pod.spec else None) or []] \
+        or [cs.name for cs in pod.status.container_statuses or []]
+    return role if role in names or not names else names[0]
+
+
+def _pod_log(kube: Kube, namespace: str, pod, container: str) -> str:
+    """The end of a container's log, and of its previous run's where it restarted."""
     texts = []
-    restarted = any((cs.restart_count or 0) > 0 for cs in (pod.status.container_statuses or []))
+    restarted = any(cs.name == container and (cs.restart_count or 0) > 0
+                    for cs in (pod.status.container_statuses or []))
     for previous in ((False, True) if restarted else (False,)):
         try:
-            texts.append(kube.core.read_namespaced_pod_log(pod.metadata.name, namespace, container="launcher",
+            texts.append(kube.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container,
                                                            previous=previous, tail_lines=LOG_TAIL_LINES,
                                                            _request_timeout=LOG_TIMEOUT_S))
         except (ApiException, HTTPError, OSError):  # not started yet, a simulated pod (no log), a node away
             pass
     return "\n".join(reversed(texts))
+
+
+def _crashed(pod) -> list[str]:
+    """The containers of `pod` that exited non-zero, now or before a restart (a crash loop), for a reason that has
+    no remedy of its own (REMEDIES: OOMKilled)."""
+    names = []
+    for cs in pod.status.container_statuses or []:
+        ended = [t for t in ((cs.state.terminated if cs.state else None),
+                             (cs.last_state.terminated if cs.last_state else None)) if t and (t.exit_code or 0) != 0]
+        if ended and ended[0].reason not in REMEDIES:
+            names.append(cs.name)
+    return names
+
+
+def _who(pod) -> str:
+    """'worker 1 (j-worker-1)', 'launcher (j-launcher-x)', or the pod's name where it has no MPIJob role."""
+    labels = pod.metadata.labels or {}
+    role, index = labels.get(ROLE_LABEL), labels.get(INDEX_LABEL)
+    if not role:
+        return pod.metadata.name
+    return f"{role}{f' {index}' if index is not None else ''} ({pod.metadata.name})"
+
+
+def _run_as_user(pod, container: str) -> int | None:
+    """The uid the pod's spec runs `container` as (OpenShift's SCC writes it there), else None."""
+    spec = pod.spec
+    if spec is None:
+        return None
+    for c in spec.containers or []:
+        if c.name == container and c.security_context and c.security_context.run_as_user is not None:
+            return c.security_context.run_as_user
+    return spec.security_context.run_as_user if spec.security_context else None
+
+
+def _identity_cause(found: UserUnknown | KeyUnreadable | LoginUnknown, pod, container: str) -> tuple[str, str]:
+    """(cause, remedy) for a pod whose log says its uid has no passwd entry or cannot read its SSH key."""
+    uid = found.uid if isinstance(found, UserUnknown) and found.uid is not None else _run_as_user(pod, container)
+    user = f"uid {uid}" if uid is not None else "the container's uid"
+    if isinstance(found, KeyUnreadable):
+        what = (f"sshd cannot load its host key {found.path}" if found.host_key else
+                f"ssh cannot read the key {found.path}")
+        missing = " (or nothing is there)" if found.host_key else ""
+        return (f"{_who(pod)}: {what} ({found.said})",
+                f"{user} cannot read the SSH key at {found.path}{missing}: {_KEY_FIX}")
+    if isinstance(found, LoginUnknown):
+        return (f"{_who(pod)}: sshd knows no user {found.user}, the name the launcher logs in as ({found.said})",
+                f"the image has no passwd entry named {found.user} for {user}, the pod's: {_PASSWD_FIX}")
+    cause = f"{_who(pod)}: no passwd entry for {user} ({found.said})"
+    if "cannot add one" in found.said:  # our MPI images' entrypoint
+        return cause, ("the image's entrypoint cannot write /etc/passwd, which group 0 may write: run the pod with "
+                       "group 0 (runAsGroup unset or 0) and a writable root filesystem")
+    return cause, (f"the image has no passwd entry for {user} (OpenShift's restricted-v2 SCC, or a runAsUser, "
+                   f"picks a uid the image does not know): {_PASSWD_FIX}")
+
+
+def _identity_of_crashed_pods(kube: Kube, namespace: str, pods) -> tuple[str, str] | None:
+    """(cause, remedy) from the log of a pod other than the launcher that exited or crash-loops, where it says
+    that its uid has no passwd entry or cannot read its SSH key; else None. Reads LOG_READS_MAX logs at most."""
+    crashed = [(p, c) for p in sorted(pods, key=lambda p: p.metadata.name)
+               if (p.metadata.labels or {}).get(ROLE_LABEL) != "launcher" for c in _crashed(p)]
+    for pod, container in crashed[:LOG_READS_MAX]:
+        found = identity_failure(_pod_log(kube, namespace, pod, container))
+        if found:
+            return _identity_cause(found, pod, container)
+    return None
 
 
 def _worker_labels(job: dict, name: str, index: int, pods) -> dict[str, str]:
@@ -347,13 +503,22 @@ def _from_launcher_log(kube: Kube, namespace: str, name: str, job: dict, pods) -
     launchers = sorted((p for p in pods if (p.metadata.labels or {}).get(ROLE_LABEL) == "launcher"),
                        key=lambda p: p.metadata.creation_timestamp, reverse=True)
     for launcher in launchers:
-        found = launcher_log_failure(_launcher_log(kube, namespace, launcher))
+        container = _main_container(launcher, "launcher")
+        log = _pod_log(kube, namespace, launcher, container)
+        found = launcher_log_failure(log)
         where = pod_of_host(found.host, name) if found else None
+        # A uid without a passwd entry or a key it cannot read stops ssh: mpirun's ssh failures follow from it. A
+        # rank killed by a signal had started, and that is the report to give.
+        ident = identity_failure(log)
+        if ident and not (isinstance(found, RankSignalled) and where):
+            return _identity_cause(ident, launcher, container)
         if not found or not where:
             continue
         role, index = where
         who = f"{role} {index}" if index is not None else role
         log_cmd = f"kubectl -n {namespace} logs {launcher.metadata.name}"
+        if isinstance(found, LoginRefused):
+            return _login_refused(kube, namespace, found, role, index, who, pods)
         if isinstance(found, RankSignalled):
             rank = f"MPI rank {found.rank}" if found.rank is not None else "an MPI rank"
             cause = (f"{who} ({found.host}): {rank} killed by signal {found.signal} "
@@ -385,6 +550,22 @@ def _from_launcher_log(kube: Kube, namespace: str, name: str, job: dict, pods) -
                   + f"; if the network is open, check the {role}'s sshd and the job's SSH keys ({log_cmd})")
         return cause, remedy
     return None
+
+
+def _login_refused(kube: Kube, namespace: str, found: LoginRefused, role: str, index: int | None, who: str,
+                   pods) -> tuple[str, str]:
+    """(cause, remedy) for a pod whose sshd refused mpirun's login: from its log where it says why."""
+    pod = next((p for p in pods if (p.metadata.labels or {}).get(ROLE_LABEL) == role
+                and (p.metadata.labels or {}).get(INDEX_LABEL) == (str(index) if index is not None else None)), None)
+    if pod is not None:
+        container = _main_container(pod, role)
+        if ident := identity_failure(_pod_log(kube, namespace, pod, container)):
+            return _identity_cause(ident, pod, container)
+    log_cmd = f"kubectl -n {namespace} logs {pod.metadata.name}" if pod is not None else f"the {role}'s sshd log"
+    return (f"MPI communication failed: {who}'s sshd refused the launcher's login as {found.user} "
+            f"({found.user}@{found.host}: Permission denied ({found.methods}))",
+            f"check that the {role}'s sshd runs as {found.user} and that both pods mount the job's SSH Secret at "
+            f"sshAuthMountPath, the user's ~/.ssh ({log_cmd})")
 
 
 def _policies_in_the_way(kube: Kube, namespace: str, name: str, job: dict, pods, index: int | None,

@@ -76,7 +76,7 @@ def _create(args) -> int:
     if args.dry_run:
         _dump(job.manifest(), args.output or "yaml")
         return 0
-    created = _client(args).create(job, check_gpus=not args.no_gpu_check)
+    created = _client(args).create(job, check_gpus=not args.no_gpu_check, check_pods=not args.no_pod_check)
     if args.output:
         _dump(created.source, args.output)
     else:
@@ -230,6 +230,9 @@ def add_parser(sub) -> None:
                    help="which pods the operator deletes when the job finishes (None: keep the workers and their logs)")
     c.add_argument("--no-gpu-check", action="store_true",
                    help="submit even if the nodes have fewer GPUs than the job asks for (e.g. an autoscaler)")
+    c.add_argument("--no-pod-check", action="store_true",
+                   help="submit without first asking the API server (a dry run) whether the namespace's Pod Security "
+                        "or security context constraints admit the job's pods")
     c.add_argument("--dry-run", action="store_true", help="print the manifest, submit nothing")
     c.add_argument("-o", "--output", choices=["json", "yaml"], help="print the created object")
     c.epilog = "After --: the program mpirun runs, with its arguments (create NAME ... -- python3 train.py)."

@@ -115,7 +115,9 @@ class MPIJob:
     worker_labels: dict[str, str] = field(default_factory=dict)
     worker_annotations: dict[str, str] = field(default_factory=dict)
     ssh_auth_mount_path: str = "/home/mpiuser/.ssh"
-    run_as_user: int = 1000
+    # None: the cluster's (OpenShift assigns the namespace's first UID; elsewhere the image's USER runs). The
+    # pods meet Pod Security `restricted` either way, unless 0 (root).
+    run_as_user: int | None = None
     backoff_limit: int = 0
     clean_pod_policy: str = "Running"
     priority_class: str | None = None
@@ -339,6 +341,9 @@ def _check(spec: MPIJob) -> None:
     if spec.workload is not None and not WORKLOAD_RE.match(spec.workload):
         raise JobSpecError(f"workload {spec.workload!r} is invalid; allowed: a program name "
                            "(lower-case letters, digits and '_', starting with a letter)")
+    if spec.run_as_user is not None and spec.run_as_user < 0:
+        raise JobSpecError(f"run_as_user is {spec.run_as_user}; allowed: a uid >= 0, or None for the cluster's "
+                           "(OpenShift: the namespace's; elsewhere the image's user)")
     if spec.gpus_per_worker < 0:
         raise JobSpecError(f"gpus_per_worker is {spec.gpus_per_worker}; allowed: an integer >= 0")
     if spec.launcher_creation_policy not in LAUNCHER_CREATION_POLICIES:
@@ -358,12 +363,22 @@ def _check(spec: MPIJob) -> None:
 SSH_PORT = 2222
 
 
-def worker_command(run_as_user: int) -> list[str]:
+def worker_command(run_as_user: int | None) -> list[str]:
     """sshd on port 2222, as the MPI base images expect: as root with the image's sshd_config, else
     with the non-root config the images put in mpiuser's home (host key = the job's mounted key)."""
     if run_as_user == 0:
         return ["/usr/sbin/sshd", "-De", "-p", "2222"]
     return ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+
+
+def security_context(run_as_user: int | None) -> dict:
+    """A launcher's or worker's container securityContext: what Pod Security `restricted` asks (and OpenShift's
+    restricted-v2 grants), with runAsUser only when one is chosen; for root (0), as root sshd needs it."""
+    if run_as_user == 0:
+        return {"runAsUser": 0, "runAsNonRoot": False}
+    return {**({"runAsUser": run_as_user} if run_as_user is not None else {}), "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 # How many seconds (tries) a launcher waits for its workers to answer over SSH (see launcher_command).
@@ -397,7 +412,7 @@ def mpijob(spec: MPIJob) -> dict:
     image = spec.image or DEFAULT_IMAGES[spec.implementation]
     _, env = _LAUNCH[spec.implementation]
     np = spec.workers * spec.slots_per_worker
-    security = {"runAsUser": spec.run_as_user, "runAsNonRoot": spec.run_as_user != 0}
+    security = security_context(spec.run_as_user)
     worker_resources = {"cpu": spec.cpu, "memory": spec.memory}
     limits = dict(worker_resources)
     if spec.gpus_per_worker:
@@ -414,8 +429,9 @@ def mpijob(spec: MPIJob) -> dict:
     pod_spec_common = {
         **({"automountServiceAccountToken": spec.automount_service_account_token}
            if spec.automount_service_account_token is not None else {}),
-        # The volume's files belong to the pods' group, so the non-root MPI user can write them.
-        **({"securityContext": {"fsGroup": spec.run_as_user}} if spec.pvc else {}),
+        # The volume's files belong to the pods' group, so the non-root MPI user can write them (with no chosen
+        # user, the cluster's fsGroup: OpenShift's first supplemental group).
+        **({"securityContext": {"fsGroup": spec.run_as_user}} if spec.pvc and spec.run_as_user else {}),
         **({"volumes": volumes} if volumes else {}),
         **({"nodeSelector": dict(spec.node_selector)} if spec.node_selector else {}),
         **({"tolerations": list(spec.tolerations)} if spec.tolerations else {}),
@@ -433,7 +449,8 @@ def mpijob(spec: MPIJob) -> dict:
                 "containers": [{
                     "name": "launcher",
                     "image": image,
-                    "command": launcher_command(spec.implementation, np, spec.slots_per_worker, program),
+                    # args, not command: the image's entrypoint runs first (ours gives any UID a user).
+                    "args": launcher_command(spec.implementation, np, spec.slots_per_worker, program),
                     **({"volumeMounts": mounts} if mounts else {}),
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "securityContext": security,
@@ -454,7 +471,7 @@ def mpijob(spec: MPIJob) -> dict:
                 "containers": [{
                     "name": "worker",
                     "image": image,
-                    "command": worker_command(spec.run_as_user),
+                    "args": worker_command(spec.run_as_user),
                     # Ready once sshd accepts connections, so WaitForWorkersReady means what it says.
                     "readinessProbe": {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 1},
                     **({"volumeMounts": mounts} if mounts else {}),
@@ -538,6 +555,30 @@ def trainjob_launcher_command(subdomain: str, program: list[str]) -> list[str]:
     return ["sh", "-c", wait, subdomain, "mpirun", "--allow-run-as-root", "--bind-to", "none", *program]
 
 
+_FIXED_IDS = ("runAsUser", "runAsGroup", "fsGroup")
+
+
+def restricted_runtime(runtime: dict) -> dict:
+    """A (Cluster)TrainingRuntime whose pods run under OpenShift's restricted-v2 and Pod Security `restricted`
+    (Trainer's own fix uid 1000 and set none of what `restricted` asks): in each replicated job's pod no fixed
+    runAsUser, runAsGroup or fsGroup (the cluster's apply), every container with security_context(None), and
+    its command put in front of its args, so that the image's entrypoint runs first (ours gives any UID a user;
+    the NVIDIA base images' execs its arguments)."""
+    out = copy.deepcopy(runtime)
+    for rjob in out["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        kept = {k: v for k, v in (pod.get("securityContext") or {}).items() if k not in _FIXED_IDS}
+        pod.pop("securityContext", None)
+        if kept:
+            pod["securityContext"] = kept
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            own = {k: v for k, v in (container.get("securityContext") or {}).items() if k not in _FIXED_IDS}
+            container["securityContext"] = {**own, **security_context(None)}
+            if "command" in container:
+                container["args"] = [*container.pop("command"), *container.get("args", [])]
+    return out
+
+
 def _runtime_patch(manager: str, job_names: list[str], pod_spec: dict) -> dict:
     """A TrainJob runtime patch (Trainer v2.3's per-job pod settings) of the pod templates of `job_names`."""
     return {"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
@@ -565,7 +606,8 @@ def trainjob(spec: TrainJob) -> dict:
                            "jobs that get node_selector, tolerations and the workload, e.g. ['node', 'launcher']")
     trainer: dict = {"numNodes": spec.num_nodes}
     if spec.workload:
-        trainer["command"] = trainjob_launcher_command(
+        # args, not command: the image's entrypoint runs first (ours gives any UID a user).
+        trainer["args"] = trainjob_launcher_command(
             spec.name, ["python3", f"{WORKLOADS_DIR}/{spec.workload}.py", *spec.workload_args])
     elif spec.command:
         trainer["command"] = list(spec.command)

@@ -101,11 +101,25 @@ class Kube:
 
     def get_path(self, path: str, timeout: float = 10) -> dict:
         """GET an API path (discovery, a subresource the typed APIs lack) as JSON; ApiException otherwise."""
+        return self.call_path("GET", path, timeout=timeout)
+
+    def dry_run_create(self, path: str, body: dict, timeout: float = 10) -> dict:
+        """POST `body` to a collection's path as a server-side dry run (admission runs, nothing is stored); the
+        object as the server would store it, or ApiException with its refusal. The body goes as plain JSON: the
+        typed APIs would first check it against this client's models and refuse what the API server takes (an
+        integer cpu, a field newer than the client)."""
+        return self.call_path("POST", path, body, [("dryRun", "All")], timeout)
+
+    def call_path(self, method: str, path: str, body: dict | None = None, query: list | None = None,
+                  timeout: float = 10) -> dict:
+        """One call of an API path with a JSON body and answer; ApiException when it is not a success."""
         api = self.api_client
+        headers = {"Accept": "application/json", **({"Content-Type": "application/json"} if body is not None else {})}
         if not hasattr(api, "param_serialize"):  # kubernetes < 35: the python-legacy generator
-            return api.call_api(path, "GET", response_type="object", auth_settings=["BearerToken"],
-                                _return_http_data_only=True, _request_timeout=timeout)
-        request = api.param_serialize("GET", path, header_params={"Accept": "application/json"},
+            return api.call_api(path, method, query_params=query or [], header_params=headers, body=body,
+                                response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True,
+                                _request_timeout=timeout)
+        request = api.param_serialize(method, path, query_params=query or [], header_params=headers, body=body,
                                       auth_settings=["BearerToken"])
         resp = api.call_api(*request, _request_timeout=timeout)
         resp.read()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from mpiplat.diagnose import Diagnosis, diagnose
 from mpiplat.errors import MpiplatError
@@ -57,6 +58,16 @@ class Denied(JobError):
 
 class NotEnoughGPUs(JobError):
     """The job asks for more GPUs than the cluster's nodes have."""
+
+
+class PodsRefused(JobError):
+    """Before submission: the namespace's Pod Security or security context constraints (OpenShift's SCCs, or a
+    policy in their words) would refuse the job's pods, so the operator could never start them. `refusals` maps
+    each refused replica (Launcher, Worker) to the API server's own message."""
+
+    def __init__(self, message: str, refusals: dict[str, str]):
+        super().__init__(message)
+        self.refusals = refusals
 
 
 class JobTimeout(JobError, TimeoutError):
@@ -135,6 +146,138 @@ def _log_line(pod: str, raw: str) -> LogLine:
     except ValueError:
         return LogLine(pod, raw)
     return LogLine(pod, text, when)
+
+
+# ---------------------------------------------------------------- pod admission refusals
+REPLICAS = ("Launcher", "Worker")
+_PSA = re.compile(r'violates PodSecurity "([^"]+)": (.*)', re.S)
+_SCC = re.compile(r"unable to validate against any security context constraints?:? ?(.*)", re.S)
+_SCC_PROVIDER = re.compile(r'^provider "?([^":\s]+)"?: *')
+_FIELD_ERROR = re.compile(r"^(?:(\S+): )?(Invalid value|Forbidden|Required value|Unsupported value|Duplicate value|"
+                          r"Not found|Too long|Too many|Internal error)(?:: (.*))?$", re.S)
+_NOT_USABLE = "not usable by user or serviceaccount"
+_RANGES = re.compile(r"^must be in the ranges?: ?((?:\[\s*\d+\s*,\s*\d+\s*\]\s*)+)$")
+_UNSET_HINT = {"runAsUser": "leave runAsUser unset to get the namespace's UID",
+               "fsGroup": "leave fsGroup unset to get the namespace's group",
+               "supplementalGroups": "leave supplementalGroups unset to get the namespace's groups"}
+
+
+def _scan(text: str) -> Iterator[tuple[int, int, bool]]:
+    """Each character's index, the depth of brackets around it (a bracket counts as inside what it opens or
+    closes) and whether it is inside double quotes."""
+    depth, quoted = 0, False
+    for i, ch in enumerate(text):
+        if ch == '"' and text[i - 1:i] != "\\":
+            quoted = not quoted
+        elif not quoted and ch in "([{":
+            depth += 1
+        elif not quoted and ch in ")]}":
+            yield i, depth, quoted
+            depth = max(depth - 1, 0)
+            continue
+        yield i, depth, quoted
+
+
+def _split_top(text: str, sep: str = ", ") -> list[str]:
+    """`text` split at `sep` outside brackets, braces, parentheses and double quotes."""
+    parts, start = [], 0
+    for i, depth, quoted in _scan(text):
+        if i >= start and not quoted and depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            start = i + len(sep)
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _closing(text: str) -> int:
+    """The index of the bracket that closes the one text starts with (len(text) if none does)."""
+    return next((i for i, depth, quoted in _scan(text) if depth == 1 and not quoted and text[i] in ")]}"),
+                len(text))
+
+
+def _psa_reasons(details: str) -> list[str]:
+    """Pod Security's "check (detail), check (detail)" list as one reason each; the detail names the field and
+    what is allowed ("container "worker" must set securityContext.runAsNonRoot=true") where Pod Security says so."""
+    reasons = []
+    for item in _split_top(details):
+        found = re.fullmatch(r"(.*?) \((.*)\)", item, re.S)
+        reasons.append(found.group(2) if found and " must " in found.group(2) else item)
+    return reasons
+
+
+def _scc_value(value: str) -> str:
+    found = re.fullmatch(r"\[\]\w+\{(.*)\}", value)  # Go's []int64{1000}
+    return found.group(1) if found else value
+
+
+def _scc_reasons(errors: str) -> list[str]:
+    """The field errors of the security context constraints that the user or the pod's service account may use
+    ("provider restricted-v2: .containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [a, b]"), one
+    reason each; the constraints nobody may use are left out."""
+    errors = " ".join(errors.split())
+    if errors.startswith("["):  # the list, up to its closing bracket
+        errors = errors[1:_closing(errors)]
+    errors = errors.strip()
+    found: list[tuple[str, str]] = []
+    provider = ""
+    for item in _split_top(errors):
+        named = _SCC_PROVIDER.match(item)
+        if named:
+            provider, item = named.group(1), item[named.end():]
+        error = _FIELD_ERROR.match(item)
+        if not error:
+            found.append((provider, item))
+            continue
+        path, kind, rest = (error.group(1) or "").lstrip("."), error.group(2), (error.group(3) or "").strip()
+        if kind == "Forbidden" and not path and (rest == _NOT_USABLE or not rest.strip(". ")):
+            if rest == _NOT_USABLE:
+                provider = ""  # what follows without a provider of its own is not this one's
+            continue
+        if kind == "Invalid value" and path:
+            value, *detail = _split_top(rest, ": ")
+            detail = ": ".join(detail)
+            ranges = _RANGES.match(detail)
+            if ranges:
+                spans = re.findall(r"\[\s*(\d+)\s*,\s*(\d+)\s*\]", ranges.group(1))
+                detail = "allowed: " + ", ".join(f"{lo}-{hi}" for lo, hi in spans)
+            text = f"{path} is {_scc_value(value)}; {detail}"
+            hint = _UNSET_HINT.get(re.split(r"[.\]]", path)[-1])
+            found.append((provider, f"{text} ({hint})" if hint else text))
+        else:
+            found.append((provider, ": ".join(p for p in (path, rest or kind) if p)))
+    several = len({p for p, _ in found if p}) > 1
+    reasons = [f"{p}: {r}" if several and p else r for p, r in found]
+    return list(dict.fromkeys(reasons))
+
+
+def pod_refusal(message: str) -> tuple[str, list[str]] | None:
+    """What an admission refusal of a pod says: who refuses it (Pod Security "level:version", or the security
+    context constraints) and the reasons, each naming a field and what is allowed; None when the message is no
+    Pod Security or SCC refusal. An unrecognised list gives the API's words as the one reason."""
+    message = " ".join(message.split())
+    scc = _SCC.search(message)
+    if scc:
+        reasons = _scc_reasons(scc.group(1))
+        return "security context constraints", reasons or [
+            "none of them may be used by the user or the pod's service account"]
+    psa = _PSA.search(message)
+    if psa:
+        return f'Pod Security "{psa.group(1)}"', _psa_reasons(psa.group(2)) or [message]
+    return None
+
+
+def _dry_run_pod(manifest: dict, replica: str) -> dict | None:
+    """The Pod the operator would create from a replica's template (None if the job has no such replica)."""
+    spec = manifest["spec"]["mpiReplicaSpecs"].get(replica)
+    if not spec:
+        return None
+    template = spec.get("template") or {}
+    meta = template.get("metadata") or {}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{manifest['metadata']['name']}-{replica.lower()}-dryrun",
+                         "namespace": manifest["metadata"]["namespace"],
+                         **{k: meta[k] for k in ("labels", "annotations") if k in meta}},
+            "spec": template.get("spec") or {}}
 
 
 def _api_message(err: ApiException) -> str:
@@ -233,9 +376,40 @@ class Client:
             raise NotEnoughGPUs(f"the job requests {asked} {job.gpu_resource} ({job.workers} workers x "
                                 f"{job.gpus_per_worker}), but the cluster's nodes have {total} allocatable in all")
 
+    def _check_pods(self, manifest: dict) -> None:
+        """Refuse a job whose pods the namespace's Pod Security or security context constraints would refuse: a
+        server-side dry run creates a Pod from each replica's template (admission runs, nothing is stored). Where
+        the dry run itself fails (RBAC: the user may not create pods, a webhook without dry run, ...), no check."""
+        namespace = manifest["metadata"]["namespace"]
+        refused: dict[str, tuple[str, list[str]]] = {}
+        messages: dict[str, str] = {}
+        for replica in REPLICAS:
+            pod = _dry_run_pod(manifest, replica)
+            if pod is None:
+                continue
+            try:
+                self.kube.dry_run_create(f"/api/v1/namespaces/{namespace}/pods", pod)
+            except ApiException as err:
+                message = _api_message(err)
+                why = pod_refusal(message) if err.status in (403, 422) else None
+                if why:
+                    refused[replica], messages[replica] = why, message
+            except (HTTPError, OSError, ValueError):  # no answer, or not one we read: no check
+                return
+        if not refused:
+            return
+        by_reason: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for replica, (policy, reasons) in refused.items():
+            by_reason.setdefault((policy, tuple(reasons)), []).append(replica)
+        raise PodsRefused(". ".join(
+            f"the {' and '.join(replicas)} pods would be refused by namespace {namespace}'s {policy}: "
+            + "; ".join(reasons) for (policy, reasons), replicas in by_reason.items()), messages)
+
     # ---------------------------------------------------------------- lifecycle
-    def create(self, job: MPIJob | dict, *, check_gpus: bool = True) -> MPIJob:
-        """Submit a job (an MPIJob, or a manifest dict); returns it as the API server stored it."""
+    def create(self, job: MPIJob | dict, *, check_gpus: bool = True, check_pods: bool = True) -> MPIJob:
+        """Submit a job (an MPIJob, or a manifest dict); returns it as the API server stored it. Before that,
+        check_gpus: refuse a job no node set can hold (NotEnoughGPUs); check_pods: refuse a job whose pods the
+        namespace's Pod Security or security context constraints would refuse (PodsRefused; two dry-run calls)."""
         if isinstance(job, dict):
             job = MPIJob.from_manifest(job)
         manifest = job.manifest()  # validates before any API call
@@ -243,6 +417,8 @@ class Client:
         manifest["metadata"]["namespace"] = namespace
         if check_gpus:
             self._check_gpus(job)
+        if check_pods:
+            self._check_pods(manifest)
         with self._explained("create", namespace, job.name):
             return MPIJob.from_manifest(self.kube.create(MPIJOB, manifest))
 
@@ -530,8 +706,8 @@ class AsyncClient:
         call = functools.partial(getattr(self.sync, method), *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
-    async def create(self, job: MPIJob | dict, *, check_gpus: bool = True) -> MPIJob:
-        return await self._run("create", job, check_gpus=check_gpus)
+    async def create(self, job: MPIJob | dict, *, check_gpus: bool = True, check_pods: bool = True) -> MPIJob:
+        return await self._run("create", job, check_gpus=check_gpus, check_pods=check_pods)
 
     async def get(self, name: str, namespace: str | None = None) -> MPIJob:
         return await self._run("get", name, namespace)

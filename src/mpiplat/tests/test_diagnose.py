@@ -8,11 +8,24 @@ from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from mpiplat import diagnose as diagnose_module
 from mpiplat import jobs
 from mpiplat.conformance.placement import placement
-from mpiplat.diagnose import RankSignalled, Unreachable, diagnose, launcher_log_failure, pod_of_host, policies_selecting
+from mpiplat.diagnose import (
+    KeyUnreadable,
+    LoginRefused,
+    LoginUnknown,
+    RankSignalled,
+    Unreachable,
+    UserUnknown,
+    diagnose,
+    identity_failure,
+    launcher_log_failure,
+    pod_of_host,
+    policies_selecting,
+)
 from mpiplat.jobs import INDEX_LABEL, JOB_LABEL, ROLE_LABEL
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, RESOURCEFLAVOR, WORKLOAD
 from mpiplat.queues import capacity
@@ -307,11 +320,22 @@ def _pod(name: str, role: str, index: int | None, phase: str, exit_code: int | N
 
 
 class _FakeKube:
-    def __init__(self, job: dict, pods: list, logs: dict[str, str]):
+    """`logs`: a pod's log by its name, its previous container's by (name, "previous"); a log not there is a 400,
+    as for a container not started. `log_reads`: (pod, container, previous) for each log read."""
+
+    def __init__(self, job: dict, pods: list, logs: dict):
         self.job = job
+        self.log_reads: list[tuple[str, str, bool]] = []
+
+        def read_log(name, ns, container=None, previous=False, **kw):
+            self.log_reads.append((name, container, previous))
+            if (found := logs.get((name, "previous") if previous else name)) is None:
+                raise ApiException(status=400, reason="Bad Request")
+            return found
+
         self.core = SimpleNamespace(
             list_namespaced_pod=lambda ns, label_selector: SimpleNamespace(items=pods),
-            read_namespaced_pod_log=lambda name, ns, **kw: logs[name],
+            read_namespaced_pod_log=read_log,
             list_namespaced_event=lambda ns: SimpleNamespace(items=[]))
 
     def get(self, kind, name, namespace=None):
@@ -401,6 +425,219 @@ def test_diagnose_points_at_the_cluster_dns_when_a_workers_name_does_not_resolve
     found = diagnose(_FakeKube(_failed_job("k5", "ns"), pods, {"k5-launcher-4prgp": SSH_UNRESOLVED}), "ns", "k5")
     assert found.cause.startswith("MPI communication failed: worker 1 unreachable: its name does not resolve"), found
     assert "CoreDNS" in found.remedy and "k8s-app=kube-dns" in found.remedy, found.remedy
+
+
+# ---- A uid without a passwd entry, an SSH key the uid cannot read (OpenShift's restricted-v2 runs pods as an
+# arbitrary uid with group 0). As OpenSSH 9.2p1 (Debian 12), Python 3.11 and coreutils print them, run as uid
+# 1000680000 with group 0; the launcher's lines after its wait for the workers (jobs.launcher_command), then mpirun's.
+UID = 1000680000
+LAUNCHER_NO_PASSWD = f"""\
+No user exists for uid {UID}
+mpiplat: worker k7-worker-0.k7.ns.svc did not answer over SSH
+No user exists for uid {UID}
+mpiplat: worker k7-worker-1.k7.ns.svc did not answer over SSH
+No user exists for uid {UID}
+--------------------------------------------------------------------------
+ORTE was unable to reliably start one or more daemons.
+"""
+OLD_SSH_NO_PASSWD = "You don't exist, go away!\n"  # OpenSSH before 7.x
+PYTHON_NO_PASSWD = f"""\
+Traceback (most recent call last):
+  File "/opt/train.py", line 4, in <module>
+    user = getpass.getuser()
+           ^^^^^^^^^^^^^^^^^
+  File "/usr/lib/python3.11/getpass.py", line 169, in getuser
+    return pwd.getpwuid(os.getuid())[0]
+           ^^^^^^^^^^^^^^^^^^^^^^^^^
+KeyError: 'getpwuid(): uid not found: {UID}'
+"""
+WHOAMI_NO_PASSWD = f"whoami: cannot find name for user ID {UID}\n"
+ENTRYPOINT_NO_PASSWD = f"uid-entrypoint: uid {UID} has no passwd entry and cannot add one (is its group 0?)\n"
+LAUNCHER_KEY_DENIED = """\
+Load key "/home/mpiuser/.ssh/id_rsa": Permission denied
+mpiuser@k7-worker-0.k7.ns.svc: Permission denied (publickey,password,keyboard-interactive).
+mpiplat: worker k7-worker-0.k7.ns.svc did not answer over SSH
+"""
+WORKER_HOST_KEY_DENIED = """\
+Unable to load host key: /home/mpiuser/.ssh/id_rsa
+sshd: no hostkeys available -- exiting.
+"""
+# A non-root sshd whose uid has no passwd entry starts, then refuses every login (OpenSSH 9.2p1).
+WORKER_INVALID_USER = """\
+Server listening on 0.0.0.0 port 2222.
+Server listening on :: port 2222.
+Invalid user mpiuser from 10.244.0.12 port 59170
+Connection closed by invalid user mpiuser 10.244.0.12 port 59170 [preauth]
+"""
+LAUNCHER_LOGIN_REFUSED = """\
+mpiuser@k7-worker-1.k7.ns.svc: Permission denied (publickey,password,keyboard-interactive).
+mpiplat: worker k7-worker-1.k7.ns.svc did not answer over SSH
+"""
+# sshd goes on without its pid file: not a failure.
+SSHD_NO_PID_FILE = """\
+Server listening on 0.0.0.0 port 2222.
+Couldn't create pid file "/home/mpiuser/sshd.pid": Permission denied
+"""
+
+
+@pytest.mark.parametrize("log, found", [
+    pytest.param(LAUNCHER_NO_PASSWD, UserUnknown(f"No user exists for uid {UID}", UID), id="ssh"),
+    pytest.param(OLD_SSH_NO_PASSWD, UserUnknown("You don't exist, go away!"), id="old-ssh"),
+    pytest.param(PYTHON_NO_PASSWD, UserUnknown(f"getpwuid(): uid not found: {UID}", UID), id="python"),
+    pytest.param(WHOAMI_NO_PASSWD, UserUnknown(f"cannot find name for user ID {UID}", UID), id="whoami"),
+    pytest.param(ENTRYPOINT_NO_PASSWD, UserUnknown(f"uid {UID} has no passwd entry and cannot add one", UID),
+                 id="mpiplat-entrypoint"),
+    pytest.param(LAUNCHER_KEY_DENIED, KeyUnreadable("/home/mpiuser/.ssh/id_rsa",
+                                                    'Load key "/home/mpiuser/.ssh/id_rsa": Permission denied'),
+                 id="ssh-key"),
+    pytest.param(WORKER_HOST_KEY_DENIED, KeyUnreadable("/home/mpiuser/.ssh/id_rsa",
+                                                       "Unable to load host key: /home/mpiuser/.ssh/id_rsa", True),
+                 id="sshd-host-key"),
+    pytest.param(WORKER_INVALID_USER, LoginUnknown("mpiuser", "Invalid user mpiuser from 10.244.0.12"),
+                 id="sshd-invalid-user"),
+])
+def test_a_uid_without_a_user_or_a_key_it_cannot_read_is_read_from_a_pods_log(log, found):
+    assert identity_failure(log) == found
+
+
+@pytest.mark.parametrize("log", [OPENMPI_KILLED, INTEL_KILLED, MPICH_KILLED, OPENMPI_SSH_REFUSED, INTEL_SSH_FAILED,
+                                 SSH_UNRESOLVED, SSHD_NO_PID_FILE, "allreduce float64 x 1 on 4 ranks: PASS\n", ""])
+def test_other_logs_name_no_user_or_key_trouble(log):
+    assert identity_failure(log) is None
+
+
+def test_a_refused_ssh_login_is_read_from_the_launchers_log():
+    assert launcher_log_failure(LAUNCHER_LOGIN_REFUSED) == LoginRefused(
+        "k7-worker-1.k7.ns.svc", "mpiuser", "publickey,password,keyboard-interactive")
+
+
+def _runs_as(pod: client.V1Pod, uid: int) -> client.V1Pod:
+    """`pod` with its one container's runAsUser `uid`, as OpenShift's SCC admission writes it."""
+    pod.spec = client.V1PodSpec(containers=[client.V1Container(
+        name=pod.status.container_statuses[0].name, security_context=client.V1SecurityContext(run_as_user=uid))])
+    return pod
+
+
+def _crash_looping(pod: client.V1Pod, exit_code: int) -> client.V1Pod:
+    """`pod` whose container exited with `exit_code` and waits to be restarted again."""
+    cs = pod.status.container_statuses[0]
+    cs.state = client.V1ContainerState(waiting=client.V1ContainerStateWaiting(reason="CrashLoopBackOff"))
+    cs.last_state = client.V1ContainerState(terminated=client.V1ContainerStateTerminated(exit_code=exit_code,
+                                                                                         reason="Error"))
+    cs.restart_count, cs.ready = 4, False
+    return pod
+
+
+NO_PASSWD_REMEDY = (f"the image has no passwd entry for uid {UID} (OpenShift's restricted-v2 SCC, or a runAsUser, "
+                    "picks a uid the image does not know): make /etc/passwd group-0 writable and complete it in the "
+                    "entrypoint (set args, not command, so the entrypoint runs), or use nss_wrapper; see docs/sdk.md "
+                    "'Your own image'")
+KEY_REMEDY = ("mount the key where the user looks (sshAuthMountPath under the user's home, not /root/.ssh, whose "
+              "mode 0600 makes it root-only) or set fsGroup")
+
+
+@pytest.mark.parametrize("log, said", [
+    (LAUNCHER_NO_PASSWD, f"No user exists for uid {UID}"),
+    (PYTHON_NO_PASSWD, f"getpwuid(): uid not found: {UID}"),
+    (OLD_SSH_NO_PASSWD, "You don't exist, go away!"),  # the uid from the pod's spec
+])
+def test_diagnose_names_a_launcher_without_a_passwd_entry(log, said):
+    ns = "cap-scc"
+    pods = [_runs_as(_pod("k7-launcher-x2b9q", "launcher", None, "Failed", 1), UID),
+            _pod("k7-worker-0", "worker", 0, "Running"), _pod("k7-worker-1", "worker", 1, "Running")]
+    found = diagnose(_FakeKube(_failed_job("k7", ns), pods, {"k7-launcher-x2b9q": log}), ns, "k7")
+    assert found.cause == f"launcher (k7-launcher-x2b9q): no passwd entry for uid {UID} ({said})", found
+    assert found.remedy == NO_PASSWD_REMEDY, found.remedy
+    assert "launcher Error (exit 1)" in found.details
+
+
+def test_diagnose_prefers_mpiruns_report_of_a_killed_rank_to_a_passwd_line_before_it():
+    """A rank killed by a signal had started over ssh: an entrypoint's whoami before is not the cause."""
+    pods = [_pod("k1-launcher-s8bv9", "launcher", None, "Failed", 137), _pod("k1-worker-1", "worker", 1, "Running")]
+    logs = {"k1-launcher-s8bv9": WHOAMI_NO_PASSWD + OPENMPI_KILLED}
+    found = diagnose(_FakeKube(_failed_job("k1", "cap-ompi3"), pods, logs), "cap-ompi3", "k1")
+    assert found.cause.startswith("worker 1 (k1-worker-1.k1.cap-ompi3.svc): MPI rank 1 killed by signal 9"), found
+
+
+def test_diagnose_says_when_the_mpi_images_entrypoint_cannot_add_the_user():
+    pods = [_pod("k7-launcher-x2b9q", "launcher", None, "Failed", 1)]
+    logs = {"k7-launcher-x2b9q": ENTRYPOINT_NO_PASSWD + LAUNCHER_NO_PASSWD}
+    found = diagnose(_FakeKube(_failed_job("k7", "ns"), pods, logs), "ns", "k7")
+    assert found.cause.startswith(f"launcher (k7-launcher-x2b9q): no passwd entry for uid {UID} (uid {UID} has no "
+                                  "passwd entry and cannot add one)"), found
+    assert "group 0 (runAsGroup unset or 0) and a writable root filesystem" in found.remedy, found.remedy
+
+
+def test_diagnose_names_a_launcher_that_cannot_read_its_ssh_key():
+    pods = [_runs_as(_pod("k7-launcher-x2b9q", "launcher", None, "Failed", 1), UID),
+            _pod("k7-worker-0", "worker", 0, "Running")]
+    found = diagnose(_FakeKube(_failed_job("k7", "ns"), pods, {"k7-launcher-x2b9q": LAUNCHER_KEY_DENIED}), "ns", "k7")
+    assert found.cause == ("launcher (k7-launcher-x2b9q): ssh cannot read the key /home/mpiuser/.ssh/id_rsa (Load key "
+                           '"/home/mpiuser/.ssh/id_rsa": Permission denied)'), found
+    assert found.remedy == f"uid {UID} cannot read the SSH key at /home/mpiuser/.ssh/id_rsa: {KEY_REMEDY}"
+
+
+@pytest.mark.parametrize("state", ["Running", "Created"])
+def test_diagnose_names_a_crash_looping_worker_that_cannot_read_its_host_key(state):
+    """The worker's sshd exits at once; with WaitForWorkersReady no launcher comes (Created), with AtStartup the
+    launcher's ssh is refused: the worker's log, not the network, says why."""
+    job = _failed_job("k7", "ns")
+    job["status"]["conditions"] = [{"type": state, "status": "True"}]
+    pods = [_pod("k7-worker-0", "worker", 0, "Running"),
+            _runs_as(_crash_looping(_pod("k7-worker-1", "worker", 1, "Running"), 1), UID)]
+    if state == "Running":
+        pods.append(_pod("k7-launcher-x2b9q", "launcher", None, "Running"))
+    kube = _FakeKube(job, pods, {("k7-worker-1", "previous"): WORKER_HOST_KEY_DENIED,
+                                 "k7-launcher-x2b9q": OPENMPI_SSH_REFUSED.replace("k5-", "k7-")})
+    found = diagnose(kube, "ns", "k7")
+    assert (found.state, found.cause) == (state, "worker 1 (k7-worker-1): sshd cannot load its host key "
+                                                 "/home/mpiuser/.ssh/id_rsa (Unable to load host key: "
+                                                 "/home/mpiuser/.ssh/id_rsa)"), found
+    assert found.remedy == (f"uid {UID} cannot read the SSH key at /home/mpiuser/.ssh/id_rsa (or nothing is there): "
+                            f"{KEY_REMEDY}"), found.remedy
+    assert ("k7-worker-1", "worker", True) in kube.log_reads
+    assert not any(name == "k7-worker-0" for name, _, _ in kube.log_reads)  # it did not crash
+
+
+def test_diagnose_names_a_failed_worker_without_a_passwd_entry():
+    pods = [_pod("k7-launcher-x2b9q", "launcher", None, "Failed", 1),
+            _pod("k7-worker-1", "worker", 1, "Failed", 255)]
+    found = diagnose(_FakeKube(_failed_job("k7", "ns"), pods, {"k7-worker-1": f"No user exists for uid {UID}\n"}),
+                     "ns", "k7")
+    assert found.cause == f"worker 1 (k7-worker-1): no passwd entry for uid {UID} (No user exists for uid {UID})"
+    assert found.remedy == NO_PASSWD_REMEDY
+
+
+def test_diagnose_reads_why_a_workers_sshd_refused_the_launchers_login():
+    pods = [_pod("k7-launcher-x2b9q", "launcher", None, "Failed", 1), _pod("k7-worker-0", "worker", 0, "Running"),
+            _runs_as(_pod("k7-worker-1", "worker", 1, "Running"), UID)]
+    logs = {"k7-launcher-x2b9q": LAUNCHER_LOGIN_REFUSED, "k7-worker-1": WORKER_INVALID_USER}
+    found = diagnose(_FakeKube(_failed_job("k7", "ns"), pods, logs), "ns", "k7")
+    assert found.cause == ("worker 1 (k7-worker-1): sshd knows no user mpiuser, the name the launcher logs in as "
+                           "(Invalid user mpiuser from 10.244.0.12)"), found
+    assert found.remedy.startswith(f"the image has no passwd entry named mpiuser for uid {UID}, the pod's: "
+                                   "make /etc/passwd group-0 writable"), found.remedy
+    # Where the worker's log does not say why: the refusal itself, and where to look.
+    logs["k7-worker-1"] = "Server listening on 0.0.0.0 port 2222.\n"
+    found = diagnose(_FakeKube(_failed_job("k7", "ns"), pods, logs), "ns", "k7")
+    assert found.cause == ("MPI communication failed: worker 1's sshd refused the launcher's login as mpiuser "
+                           "(mpiuser@k7-worker-1.k7.ns.svc: Permission denied (publickey,password,"
+                           "keyboard-interactive))"), found
+    assert "kubectl -n ns logs k7-worker-1" in found.remedy
+
+
+def test_diagnose_of_a_failed_worker_with_another_log_is_unchanged():
+    pods = [_pod("k7-launcher-x2b9q", "launcher", None, "Failed", 1),
+            _crash_looping(_pod("k7-worker-1", "worker", 1, "Running"), 139)]
+    pods[1].status.container_statuses[0].state = client.V1ContainerState(
+        terminated=client.V1ContainerStateTerminated(exit_code=139, reason="Error"))
+    logs = {"k7-worker-1": "Segmentation fault (core dumped)\n" + SSHD_NO_PID_FILE,
+            ("k7-worker-1", "previous"): "Server listening on 0.0.0.0 port 2222.\n"}
+    kube = _FakeKube(_failed_job("k7", "ns"), pods, logs)
+    found = diagnose(kube, "ns", "k7")
+    assert {("k7-worker-1", "worker", False), ("k7-worker-1", "worker", True)} <= set(kube.log_reads)
+    assert (found.cause, found.remedy) == ("worker 1 Error (exit 139)", "read the log: kubectl -n ns logs k7-worker-1 "
+                                                                         "-c worker"), found
 
 
 class _QuietKube(_FakeKube):
