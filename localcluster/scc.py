@@ -99,6 +99,15 @@ _COMPLAINTS = (
     "', ' + string(variables.lastGroup) + ']'] : [])")
 
 
+_POD_DEFAULTS = (
+    f"!({_HAS_RANGE}) ? [] : !{_POD_SC} ? [JSONPatch{{op: 'add', path: '/spec/securityContext', "
+    "value: Object.spec.securityContext{runAsUser: variables.firstUid, fsGroup: variables.firstGroup}}] : "
+    "(has(object.spec.securityContext.runAsUser) ? [] : [JSONPatch{op: 'add', "
+    "path: '/spec/securityContext/runAsUser', value: variables.firstUid}]) + "
+    "(has(object.spec.securityContext.fsGroup) ? [] : [JSONPatch{op: 'add', "
+    "path: '/spec/securityContext/fsGroup', value: variables.firstGroup}])")
+
+
 def _binding(kind: str, policy: str, **spec) -> dict:
     return {"apiVersion": f"{API}/{'v1beta1' if kind.startswith('Mutating') else 'v1'}", "kind": f"{kind}Binding",
             "metadata": {"name": policy}, "spec": {"policyName": policy, **spec}}
@@ -126,13 +135,9 @@ def manifests() -> list[dict]:
          "spec": {
              "matchConstraints": {"resourceRules": [_PODS], "namespaceSelector": _EXEMPT},
              "variables": _RANGE_VARS,
-             "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": (
-                 f"!({_HAS_RANGE}) ? Object{{}} : "
-                 "Object{spec: Object.spec{securityContext: Object.spec.securityContext{"
-                 f"runAsUser: {_POD_SC} && has(object.spec.securityContext.runAsUser) ? "
-                 "object.spec.securityContext.runAsUser : variables.firstUid, "
-                 f"fsGroup: {_POD_SC} && has(object.spec.securityContext.fsGroup) ? "
-                 "object.spec.securityContext.fsGroup : variables.firstGroup}}}")}}],
+             # A JSON patch: an apply configuration would first convert the pod to a typed object, which fails on
+             # what the API takes (mpi-operator's launchers repeat env names).
+             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": _POD_DEFAULTS}}],
              "reinvocationPolicy": "Never", "failurePolicy": "Fail"}},
         _binding("MutatingAdmissionPolicy", defaults),
         {"apiVersion": f"{API}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": check},

@@ -176,6 +176,24 @@ def test_the_mpijob_launcher_names_the_workers_that_never_answer_then_lets_mpiru
         "ssh: connect to host c port 2222: Connection refused", "mpiplat: worker c did not answer over SSH"]
 
 
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
+def test_the_mpijob_launcher_stops_waiting_when_ssh_cannot_succeed(tmp_path):
+    """No passwd entry for the launcher's uid (an image that is not made for OpenShift's arbitrary UIDs): ssh fails
+    the same way every time, so the launcher does not wait out LAUNCHER_SSH_WAIT_S, and fails without mpirun
+    (whose Hydra would wait for its proxies for ever)."""
+    env = _ssh_bin(tmp_path, "a slots=1\nb slots=1\n", {"a": -1, "b": -1})
+    (tmp_path / "bin" / "ssh").write_text(
+        f'#!/bin/sh\nf={tmp_path}/tries; echo $(( $(cat "$f" 2>/dev/null || echo 0) + 1 )) > "$f"\n'
+        'echo "No user exists for uid 1000680000" >&2; exit 255\n')
+    done = _mpijob_launch(env)
+    assert done.returncode == 1 and "ran" not in done.stdout
+    assert (tmp_path / "tries").read_text().strip() == "2"  # one try per worker
+    assert done.stderr.splitlines() == [
+        "No user exists for uid 1000680000", "mpiplat: worker a did not answer over SSH",
+        "No user exists for uid 1000680000", "mpiplat: worker b did not answer over SSH",
+        "mpiplat: ssh cannot log in, and waiting will not change that: mpirun not started"]
+
+
 # ---------------------------------------------------------------- against the pinned Trainer
 
 @pytest.fixture(scope="module")

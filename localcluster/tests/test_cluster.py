@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -178,7 +179,7 @@ def test_the_restricted_v2_emulation_gives_namespaces_uid_ranges_and_pods_their_
         kube.dry_run_create(pods, pod({"runAsUser": 1000}))
     assert ('unable to validate against any security context constraint: [provider "restricted-v2": '
             f'.containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [{first}, {last}]]') \
-        in refused.value.body
+        in json.loads(refused.value.body)["message"]
     kube.dry_run_create("/api/v1/namespaces/kube-system/pods", pod({"runAsUser": 1000}))
     kube.core.patch_namespace(namespace, [{"op": "remove", "path": "/metadata/annotations/"
                                            + scc.UID_RANGE.replace("/", "~1")}])

@@ -10,6 +10,7 @@ as site.yml's teams are in `make test`).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -489,4 +490,5 @@ def test_a_hand_built_mpijob_runs_in_a_team_namespace_as_its_first_uid(kube, ten
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tn-uid-1000"},
             "spec": {"containers": [{"name": "c", "image": "mpiplat.local/openmpi:1",
                                      "securityContext": {**RESTRICTED_CONTAINER, "runAsUser": 1000}}]}})
-    assert ".containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [" in refused.value.body
+    assert ".containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [" in \
+        json.loads(refused.value.body)["message"]

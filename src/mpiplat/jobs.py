@@ -383,6 +383,9 @@ def security_context(run_as_user: int | None) -> dict:
 
 # How many seconds (tries) a launcher waits for its workers to answer over SSH (see launcher_command).
 LAUNCHER_SSH_WAIT_S = 30
+# What ssh says when waiting will not help: the launcher's uid has no passwd entry, the worker refused the key,
+# the key is unreadable.
+SSH_FINAL = ("No user exists for uid", "You don't exist", "Permission denied")
 HOSTFILE = "/etc/mpi/hostfile"  # the operator's, in every implementation's format ("host slots=N", "host:N")
 
 
@@ -394,13 +397,19 @@ def launcher_command(implementation: str, np: int, slots: int, program: list[str
     about a second). mpirun started in that moment has its first connections refused and fails at once
     ("ORTE was unable to reliably start one or more daemons"), so the launcher tries `ssh <worker> true`
     once a second first, at most LAUNCHER_SSH_WAIT_S tries in all; then it runs mpirun anyway, after
-    printing ssh's last error for each worker that did not answer, so the diagnosis can name it."""
+    printing ssh's last error for each worker that did not answer, so the diagnosis can name it. An error that
+    waiting cannot mend (SSH_FINAL: no user for the launcher's uid, a key refused or unreadable) ends the wait,
+    and the launcher then fails without mpirun, which would fail too, or hang (MPICH's and Intel's Hydra)."""
     argv, _ = _LAUNCH[implementation]
-    wait = (f'i=0; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
+    final = "|".join(f'*"{e}"*' for e in SSH_FINAL)
+    wait = (f'i=0; final=; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
             f'until err=$(ssh -o ConnectionAttempts=1 -o ConnectTimeout=2 -o BatchMode=yes {SSH_ARGS} "$h" true '
             '2>&1 >/dev/null); do i=$((i+1)); '
+            f'case "$err" in {final}) i={LAUNCHER_SSH_WAIT_S}; final=1;; esac; '
             f'if [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ]; then echo "$err" >&2; '
             'echo "mpiplat: worker $h did not answer over SSH" >&2; break; fi; sleep 1; done; done; '
+            'if [ -n "$final" ]; then echo "mpiplat: ssh cannot log in, and waiting will not change that: mpirun '
+            'not started" >&2; exit 1; fi; '
             f'[ "$i" -eq 0 ] || [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ] || '
             'echo "mpiplat: waited ${i}s for the workers to answer over SSH" >&2; exec "$@"')
     return ["sh", "-c", wait, "mpiplat-launcher", *[a.format(np=np, slots=slots) for a in argv], *program]
