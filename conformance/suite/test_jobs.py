@@ -49,7 +49,10 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, cap
     spec = mpijob_spec("hello", ns, real=capabilities.pod_network, implementation=implementation, workers=2,
                        slots_per_worker=2, workload="allreduce", launcher_annotations={jobs.COMPLETE_AFTER: "4s"},
                        # Sizes a small node runs in seconds even with 6 busy-polling ranks on 2 cores.
-                       workload_args=["--counts", "1,1000,16384"])
+                       workload_args=["--counts", "1,1000,16384"],
+                       # Two ranks a worker: two Intel MPI ranks with numpy took 130 MiB (the OOM killer's report)
+                       # beside sshd and Hydra's proxy, over the builder's default 128Mi.
+                       memory="256Mi")
     start = time.monotonic()
     submit_job(kube, spec)
     if capabilities.pod_network:  # a worker that cannot pull its image holds the job: say so at once
