@@ -297,6 +297,70 @@ def test_network_policies_select_exactly_the_intended_pods_of_a_running_mpijob(k
 # ---- tenants.yml
 
 
+# A hand-built MPIJob as users write them from the upstream examples, but restricted: no runAsUser, the fields
+# Pod Security `restricted` asks, programs in args (the image's entrypoint gives the UID a user). Real pods.
+RESTRICTED_CONTAINER = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                        "seccompProfile": {"type": "RuntimeDefault"}}
+HAND_BUILT = f"""
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: tn-anyuid, namespace: {ALPHA}}}
+spec:
+  slotsPerWorker: 1
+  sshAuthMountPath: /home/mpiuser/.ssh
+  launcherCreationPolicy: WaitForWorkersReady
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers:
+          - name: launcher
+            image: mpiplat.local/openmpi:1
+            securityContext: {RESTRICTED_CONTAINER}
+            args: [mpirun, -n, "2", sh, -c, 'echo "rank uid $(id -u) gid $(id -g) user $(whoami)"']
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+          - name: worker
+            image: mpiplat.local/openmpi:1
+            securityContext: {RESTRICTED_CONTAINER}
+            args: [/usr/sbin/sshd, -De, -f, /home/mpiuser/.sshd_config]
+            readinessProbe: {{tcpSocket: {{port: 2222}}}}
+"""
+
+
+def test_a_hand_built_mpijob_runs_in_a_team_namespace_as_its_first_uid(kube, tenancy):
+    """The team namespace enforces Pod Security `restricted` and, as OpenShift's restricted-v2 (emulated by the
+    local cluster), has a UID range: an MPIJob whose pods set no runAsUser runs there for real, its ranks as the
+    range's first UID with group 0 and the image's user; a pod asking for uid 1000 is refused in OpenShift's words."""
+    labels = kube.core.read_namespace(ALPHA).metadata.labels or {}
+    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
+    uid_range = (kube.core.read_namespace(ALPHA).metadata.annotations or {})["openshift.io/sa.scc.uid-range"]
+    first = int(uid_range.split("/")[0])
+    job = yaml.safe_load(HAND_BUILT)
+    kube.create(MPIJOB, job)
+    try:
+        seen = condition_times(kube, MPIJOB, "tn-anyuid", ALPHA, until=("Succeeded", "Failed"), timeout=300)
+        assert "Succeeded" in seen, f"{seen}: {diagnose(kube, ALPHA, 'tn-anyuid')}"
+        [launcher] = [p for p in kube.core.list_namespaced_pod(ALPHA, label_selector=label_selector(
+            {jobs.JOB_LABEL: "tn-anyuid", jobs.ROLE_LABEL: "launcher"})).items if p.status.phase == "Succeeded"]
+        said = re.findall(r"^rank uid (\d+) gid (\d+) user (\S+)$",
+                          kube.core.read_namespaced_pod_log(launcher.metadata.name, ALPHA), re.MULTILINE)
+        assert said == [(str(first), "0", "mpiuser")] * 2, said
+    finally:
+        kube.custom.delete_namespaced_custom_object(MPIJOB.group, MPIJOB.version, ALPHA, MPIJOB.plural, "tn-anyuid")
+    with pytest.raises(ApiException) as refused:
+        kube.dry_run_create(f"/api/v1/namespaces/{ALPHA}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tn-uid-1000"},
+            "spec": {"containers": [{"name": "c", "image": "mpiplat.local/openmpi:1",
+                                     "securityContext": {**RESTRICTED_CONTAINER, "runAsUser": 1000}}]}})
+    assert ".containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [" in \
+        json.loads(refused.value.body)["message"]
+
+
 def test_tenants_playbook_removes_one_team_leaves_the_other_and_re_adds_it(kube, tenancy):
     env, vars_file = tenancy
     alpha_before = kube.get(CLUSTERQUEUE, ALPHA)
@@ -429,66 +493,3 @@ def test_state_absent_removes_everything_the_role_created(kube, tenancy):
     rc, out, changed = _run(env, vars_file, "-e", "state=absent")
     assert rc == 0 and changed == 0, out[-4000:]
 
-
-# A hand-built MPIJob as users write them from the upstream examples, but restricted: no runAsUser, the fields
-# Pod Security `restricted` asks, programs in args (the image's entrypoint gives the UID a user). Real pods.
-RESTRICTED_CONTAINER = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                        "seccompProfile": {"type": "RuntimeDefault"}}
-HAND_BUILT = f"""
-apiVersion: kubeflow.org/v2beta1
-kind: MPIJob
-metadata: {{name: tn-anyuid, namespace: {ALPHA}}}
-spec:
-  slotsPerWorker: 1
-  sshAuthMountPath: /home/mpiuser/.ssh
-  launcherCreationPolicy: WaitForWorkersReady
-  mpiReplicaSpecs:
-    Launcher:
-      replicas: 1
-      template:
-        spec:
-          containers:
-          - name: launcher
-            image: mpiplat.local/openmpi:1
-            securityContext: {RESTRICTED_CONTAINER}
-            args: [mpirun, -n, "2", sh, -c, 'echo "rank uid $(id -u) gid $(id -g) user $(whoami)"']
-    Worker:
-      replicas: 2
-      template:
-        spec:
-          containers:
-          - name: worker
-            image: mpiplat.local/openmpi:1
-            securityContext: {RESTRICTED_CONTAINER}
-            args: [/usr/sbin/sshd, -De, -f, /home/mpiuser/.sshd_config]
-            readinessProbe: {{tcpSocket: {{port: 2222}}}}
-"""
-
-
-def test_a_hand_built_mpijob_runs_in_a_team_namespace_as_its_first_uid(kube, tenancy):
-    """The team namespace enforces Pod Security `restricted` and, as OpenShift's restricted-v2 (emulated by the
-    local cluster), has a UID range: an MPIJob whose pods set no runAsUser runs there for real, its ranks as the
-    range's first UID with group 0 and the image's user; a pod asking for uid 1000 is refused in OpenShift's words."""
-    labels = kube.core.read_namespace(ALPHA).metadata.labels or {}
-    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
-    uid_range = (kube.core.read_namespace(ALPHA).metadata.annotations or {})["openshift.io/sa.scc.uid-range"]
-    first = int(uid_range.split("/")[0])
-    job = yaml.safe_load(HAND_BUILT)
-    kube.create(MPIJOB, job)
-    try:
-        seen = condition_times(kube, MPIJOB, "tn-anyuid", ALPHA, until=("Succeeded", "Failed"), timeout=300)
-        assert "Succeeded" in seen, f"{seen}: {diagnose(kube, ALPHA, 'tn-anyuid')}"
-        [launcher] = [p for p in kube.core.list_namespaced_pod(ALPHA, label_selector=label_selector(
-            {jobs.JOB_LABEL: "tn-anyuid", jobs.ROLE_LABEL: "launcher"})).items if p.status.phase == "Succeeded"]
-        said = re.findall(r"^rank uid (\d+) gid (\d+) user (\S+)$",
-                          kube.core.read_namespaced_pod_log(launcher.metadata.name, ALPHA), re.MULTILINE)
-        assert said == [(str(first), "0", "mpiuser")] * 2, said
-    finally:
-        kube.custom.delete_namespaced_custom_object(MPIJOB.group, MPIJOB.version, ALPHA, MPIJOB.plural, "tn-anyuid")
-    with pytest.raises(ApiException) as refused:
-        kube.dry_run_create(f"/api/v1/namespaces/{ALPHA}/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tn-uid-1000"},
-            "spec": {"containers": [{"name": "c", "image": "mpiplat.local/openmpi:1",
-                                     "securityContext": {**RESTRICTED_CONTAINER, "runAsUser": 1000}}]}})
-    assert ".containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [" in \
-        json.loads(refused.value.body)["message"]
