@@ -1,0 +1,193 @@
+"""The schedule of `make test`: what runs beside what, and why.
+
+Stages run one after another. The lanes of a stage run beside each other, each its steps in order; every
+line a lane prints starts with `[lane]`. Each step's, lane's and stage's time is printed as it ends, and a
+table of them all at the end, so a slow stage shows in every CI log. A failed step ends its lane; the
+stage's other lanes run to their end, then the schedule stops (exit 1).
+
+    python .ci/stages.py             # the whole schedule (make test)
+    python .ci/stages.py --list      # print it
+    python .ci/stages.py LANE ...    # only these lanes, in schedule order (their stages' clusters must be up)
+
+The machine has 2 cores. Most lanes wait on API servers; the timed rows (the suite's scale rows) and the
+CPU-bound offline tests are placed so that neither slows the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent  # mpiplat, pytest, molecule: the venv this runs in
+BUNDLE = "/tmp/mpiplat-test-bundle"
+MIRROR = "mirror.example.com/mpiplat"  # molecule/helm's mpiplat_image_registry: the helm node has the images so named
+SCALE_ROWS = "conformance/suite/test_scale.py"
+KUBECONFIG = 'eval "$(mpiplat cluster env)"'
+CLUSTER_TESTS = '-m "cluster and not faults and not last and not bare" -p no:cacheprovider --durations=10'
+TENANCY = "playbooks/tests/test_tenancy.py"
+SDK = "src/mpiplat/tests/test_sdk.py playbooks/tests/test_monitoring.py conformance/selftests/test_interrupt.py"
+
+
+@dataclass
+class Lane:
+    name: str
+    steps: list[str]
+    env: dict[str, str | None] = field(default_factory=dict)  # None: unset
+    cleanup: str = ""  # run when the lane ends, however it ends
+
+
+@dataclass
+class Stage:
+    name: str
+    why: str
+    lanes: list[Lane]
+
+
+STAGES = [
+    Stage("install", "two clusters at once, each installed by its molecule scenario; they mostly wait", [
+        # A bare cluster of its own: the `bare` tests, then molecule `helm` from a fresh bundle (the
+        # controllers as real pods), then down (it fails if the node leaves a link or cgroup behind).
+        Lane("helm", ["mpiplat cluster down",
+                      f"mpiplat cluster up --bare --image-registry {MIRROR}",
+                      f"{KUBECONFIG} && pytest -m bare -p no:cacheprovider -q",
+                      f"rm -rf {BUNDLE} && mpiplat bundle {BUNDLE}",
+                      f"{KUBECONFIG} && MPIPLAT_BUNDLE={BUNDLE} molecule test -s helm",
+                      "mpiplat cluster down"],
+             env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1"),
+        # The full cluster: molecule `default` (it leaves the stack and the teams installed), then the
+        # suite's cluster profile (simulated and real pods) but for its scale rows.
+        Lane("stack", ["mpiplat cluster down",
+                       "mpiplat cluster up",
+                       f"{KUBECONFIG} && molecule test -s default",
+                       f"{KUBECONFIG} && pytest conformance/suite --profile cluster --ignore={SCALE_ROWS} "
+                       "--durations=10"]),
+    ]),
+    Stage("scale", "alone: SCALE-01 (200 jobs at once) and SCALE-02 (512 workers) time the cluster itself", [
+        Lane("scale", [f"{KUBECONFIG} && pytest {SCALE_ROWS} --profile cluster "
+                       "--report-dir reports/conformance-scale"]),
+    ]),
+    Stage("faults", "the fault matrix breaks the stack one fault at a time, so nothing else uses the cluster; "
+                    "the CPU-bound offline tests fit beside it, as it mostly waits", [
+        Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider"]),
+        Lane("offline", ["make --no-print-directory lint",
+                         "MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
+             env={"KUBECONFIG": None}),  # never a cluster's
+    ]),
+    Stage("cluster-tests", "the other `cluster` tests share the cluster, not objects: three processes", [
+        Lane("tenancy", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {TENANCY}"]),
+        Lane("sdk", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {SDK}"]),
+        Lane("others", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} "
+                        + " ".join(f"--ignore={p}" for p in [TENANCY, *SDK.split()])]),
+    ]),
+    Stage("last", "the test that stops the cluster", [
+        Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"]),
+    ]),
+]
+
+_print_lock = threading.Lock()
+_running: set[subprocess.Popen] = set()
+
+
+def say(lane: str, text: str) -> None:
+    with _print_lock:
+        sys.stdout.write(f"[{lane}] {text}\n")
+        sys.stdout.flush()
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def run_lane(lane: Lane, times: dict[str, float], failed: list[str]) -> None:
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
+    env = {k: v for k, v in {**env, **lane.env}.items() if v is not None}
+    start = time.monotonic()
+    try:
+        for number, step in enumerate(lane.steps, 1):
+            say(lane.name, f"== step {number}/{len(lane.steps)}: {step}")
+            began = time.monotonic()
+            proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", step], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                    start_new_session=True)
+            _running.add(proc)
+            for line in proc.stdout:
+                say(lane.name, line.rstrip("\n"))
+            code = proc.wait()
+            _running.discard(proc)
+            say(lane.name, f"== step {number} {'ok' if code == 0 else f'FAILED (exit {code})'} in "
+                           f"{_minutes(time.monotonic() - began)}")
+            if code != 0:
+                failed.append(f"{lane.name} step {number}: {step}")
+                return
+    finally:
+        if lane.cleanup:
+            subprocess.run(["bash", "-c", lane.cleanup], env=env, check=False)
+        times[lane.name] = time.monotonic() - start
+
+
+def run(stages: list[Stage]) -> int:
+    times: dict[str, float] = {}
+    failed: list[str] = []
+    began = time.monotonic()
+    for stage in stages:
+        say("stages", f"== stage {stage.name}: {', '.join(lane.name for lane in stage.lanes)} ({stage.why})")
+        start = time.monotonic()
+        threads = [threading.Thread(target=run_lane, args=(lane, times, failed)) for lane in stage.lanes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        took = times[f"stage {stage.name}"] = time.monotonic() - start
+        say("stages", f"== stage {stage.name} {'FAILED' if failed else 'ok'} in {_minutes(took)}"
+                      f" ({', '.join(f'{lane.name} {_minutes(times[lane.name])}' for lane in stage.lanes)})")
+        if failed:
+            break
+    say("stages", "== times: " + "; ".join(f"{s.name} {_minutes(times[f'stage {s.name}'])}"
+                                           for s in stages if f"stage {s.name}" in times)
+        + f"; total {_minutes(time.monotonic() - began)}")
+    for what in failed:
+        say("stages", f"FAILED: {what}")
+    return 1 if failed else 0
+
+
+def _stop(signum, _frame) -> None:
+    for proc in list(_running):
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("lanes", nargs="*", help="run only these lanes (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the schedule and exit")
+    args = parser.parse_args(argv)
+    known = [lane.name for stage in STAGES for lane in stage.lanes]
+    unknown = [name for name in args.lanes if name not in known]
+    if unknown:
+        parser.error(f"unknown lane(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+    stages = [Stage(s.name, s.why, [lane for lane in s.lanes if not args.lanes or lane.name in args.lanes])
+              for s in STAGES]
+    stages = [s for s in stages if s.lanes]
+    if args.list:
+        for stage in stages:
+            print(f"stage {stage.name}: {stage.why}")
+            for lane in stage.lanes:
+                print(f"  lane {lane.name}" + "".join(f"\n    {n}. {step}" for n, step in enumerate(lane.steps, 1)))
+        return 0
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    return run(stages)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
