@@ -1,0 +1,48 @@
+""".ci/stages.py, the schedule of `make test`: every lane named once, every file it names exists, and a
+failed step stops the schedule after its stage, with each time printed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _stages():
+    spec = importlib.util.spec_from_file_location("ci_stages", ROOT / ".ci" / "stages.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lanes_are_named_once_and_the_files_they_name_exist():
+    stages = _stages()
+    names = [lane.name for stage in stages.STAGES for lane in stage.lanes]
+    assert len(names) == len(set(names)), names
+    for rel in [stages.SCALE_ROWS, stages.TENANCY, *stages.SDK.split()]:
+        assert (ROOT / rel).is_file(), rel
+
+
+def test_a_failed_step_ends_its_lane_lets_the_stage_finish_and_stops_the_schedule(capsys):
+    stages = _stages()
+    schedule = [stages.Stage("one", "why", [stages.Lane("a", ["echo hi", "exit 3", "echo never"]),
+                                            stages.Lane("b", ["sleep 0.2", "echo b-done"])]),
+                stages.Stage("two", "why", [stages.Lane("c", ["echo not-reached"])])]
+    assert stages.run(schedule) == 1
+    out = capsys.readouterr().out
+    assert "[a] hi" in out and "[a] == step 2 FAILED (exit 3)" in out and "never" not in out
+    assert "[b] b-done" in out and "[b] == step 2 ok" in out
+    assert "stage one FAILED" in out and "not-reached" not in out
+    assert "FAILED: a step 2: exit 3" in out and "== times: one " in out
+
+
+def test_lane_env_sets_and_unsets(monkeypatch, capsys):
+    stages = _stages()
+    monkeypatch.setenv("KUBECONFIG", "/some/cluster")
+    schedule = [stages.Stage("s", "why", [stages.Lane("x", ['echo "k=${KUBECONFIG-unset} c=$MPIPLAT_CLUSTER"'],
+                                                      env={"KUBECONFIG": None, "MPIPLAT_CLUSTER": "helm"})])]
+    assert stages.run(schedule) == 0
+    assert "[x] k=unset c=helm" in capsys.readouterr().out
