@@ -20,7 +20,6 @@ from mpiplat.conformance.watch import (
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import Kube
 
-UID_RANGE = "openshift.io/sa.scc.uid-range"  # OpenShift's namespace annotation: "<first>/<size>"
 # Where a cluster assigns no UID: a random one from OpenShift's own span of namespace ranges, which no image
 # knows, as restricted-v2 would assign.
 ARBITRARY_UIDS = (1_000_000_000, 2_000_000_000)
@@ -28,7 +27,7 @@ ARBITRARY_UIDS = (1_000_000_000, 2_000_000_000)
 
 def uid_range(kube: Kube, namespace: str) -> tuple[int, int] | None:
     """The namespace's UID range as (first, last), or None where the cluster assigns none (no annotation)."""
-    value = (kube.core.read_namespace(namespace).metadata.annotations or {}).get(UID_RANGE)
+    value = (kube.core.read_namespace(namespace).metadata.annotations or {}).get(jobs.UID_RANGE)
     if not value:
         return None
     first, _, size = value.partition("/")

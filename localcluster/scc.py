@@ -20,8 +20,8 @@ namespaces enforce, refuses a pod without them where OpenShift would add them.
 
 from __future__ import annotations
 
-UID_RANGE = "openshift.io/sa.scc.uid-range"
-GROUP_RANGE = "openshift.io/sa.scc.supplemental-groups"
+from mpiplat.jobs import GROUP_RANGE, UID_RANGE
+
 RUN_LEVEL = "openshift.io/run-level"
 EXEMPT_RUN_LEVEL = {RUN_LEVEL: "0"}
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")

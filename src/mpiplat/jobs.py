@@ -24,6 +24,9 @@ ROLE_LABEL = "training.kubeflow.org/job-role"
 INDEX_LABEL = "training.kubeflow.org/replica-index"
 # The default GPU resource; clusters may name another (settings `gpu_resource`, Ansible `mpiplat_gpu_resource`).
 GPU_RESOURCE = "nvidia.com/gpu"
+# OpenShift's namespace annotations, "<first>/<size>": the UIDs and groups restricted-v2 gives its pods.
+UID_RANGE = "openshift.io/sa.scc.uid-range"
+GROUP_RANGE = "openshift.io/sa.scc.supplemental-groups"
 
 # Local reference cluster (KWOK) behaviour, read by localcluster/stages.yaml.
 COMPLETE_AFTER = "mpiplat.io/complete-after"  # annotation: Go duration until a Job pod succeeds
