@@ -87,12 +87,12 @@ SETTINGS = {"teams": [{"name": "a"}], "timeouts": {"test_s": 3000},
             "thresholds": {"scale_jobs": 800, "scale_namespaces": 2, "failure_to_failed_s": 60}}
 
 
-def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _run(tmp_path: Path, *args: str, tests: str = TESTS) -> tuple[subprocess.CompletedProcess, Path]:
     suite = tmp_path / "suite"
     suite.mkdir(exist_ok=True)
     shutil.copy(SUITE / "conftest.py", suite / "conftest.py")
     shutil.copy(SUITE / "pytest.ini", suite / "pytest.ini")
-    (suite / "test_fake.py").write_text(textwrap.dedent(TESTS))
+    (suite / "test_fake.py").write_text(textwrap.dedent(tests))
     (tmp_path / "settings.yml").write_text(yaml.safe_dump(SETTINGS))
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", "-q",
@@ -159,3 +159,51 @@ def test_the_run_writes_one_handover_tarball(ran):
 def test_a_timeout_given_on_the_command_line_wins(tmp_path):
     proc, _ = _run(tmp_path, "--only=SCALE-01", "--timeout=50")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+ROW_TESTS = '''
+import pytest
+
+from mpiplat.conformance.capabilities import Capabilities
+
+
+@pytest.fixture(scope="session")
+def kube():
+    return None
+
+
+@pytest.fixture(scope="session")
+def capabilities():
+    return Capabilities(simulated=True, gpus=False, pod_network=False, kwok_nodes=True)
+
+
+@pytest.mark.requirement("FAIL-01")
+def test_a_fails():
+    assert False, "the first test of the row failed"
+
+
+@pytest.mark.requirement("FAIL-01")
+def test_b_after():
+    pass
+
+
+@pytest.mark.requirement("JOB-01")
+def test_c_other_row():
+    pass
+'''
+
+
+@pytest.mark.parametrize("fail_fast", [False, True])
+def test_fail_fast_rows_skips_the_rest_of_a_failed_row_only(tmp_path, fail_fast):
+    proc, out = _run(tmp_path, *(["--fail-fast-rows"] if fail_fast else []), tests=ROW_TESTS)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    reqs = json.loads((out / "results.json").read_text())["requirements"]
+    tests = {t["name"]: t for r in reqs.values() for t in r["tests"]}
+    assert reqs["FAIL-01"]["status"] == "failed" and "the first test of the row failed" in reqs["FAIL-01"]["message"]
+    assert tests["test_c_other_row"]["status"] == "passed"
+    if fail_fast:
+        assert tests["test_b_after"]["status"] == "skipped"
+        assert tests["test_b_after"]["message"] == \
+            "FAIL-01: not run, an earlier test of FAIL-01 failed (--fail-fast-rows)"
+    else:
+        assert tests["test_b_after"]["status"] == "passed"

@@ -2,7 +2,7 @@
 namespaces, per-test timeouts, evidence, figures, reports and the handover tarball.
 
     pytest conformance/suite [--kubeconfig K] [--context C] [--profile simulated|cluster|gpu|preflight]
-        [--settings FILE] [--only IDS] [--keep] [--report-dir D] [--capability NAME=true|false]
+        [--settings FILE] [--only IDS] [--fail-fast-rows] [--keep] [--report-dir D] [--capability NAME=true|false]
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ def pytest_addoption(parser):
                 help="which requirements run (default simulated)")
     g.addoption("--settings", help="settings file (default conformance/settings/local.yml)")
     g.addoption("--only", help="comma-separated requirement ids, e.g. JOB-01,FAIL-03")
+    g.addoption("--fail-fast-rows", action="store_true",
+                help="once a test of a requirement failed, skip its other tests (the row is failed either way)")
     g.addoption("--keep", action="store_true", help="keep the run's namespaces for debugging")
     g.addoption("--report-dir", default="reports/conformance", help="where reports go")
     g.addoption("--capability", action="append", default=[], metavar="NAME=BOOL",
@@ -55,6 +57,7 @@ def pytest_configure(config):
     # run inherited SIGINT ignored (a shell's background job does).
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    config._mpiplat_failed_rows = set()
     try:
         config._mpiplat_settings = load(config.getoption("--settings"))
     except SettingsError as err:
@@ -275,6 +278,8 @@ def pytest_runtest_setup(item):
 @pytest.fixture(autouse=True)
 def _needs(request, capabilities):
     req = _requirement(request.node)
+    if req and req[0] in request.config._mpiplat_failed_rows:  # only with --fail-fast-rows
+        pytest.skip(f"{req[0]}: not run, an earlier test of {req[0]} failed (--fail-fast-rows)")
     if req:
         missing = capabilities.missing(req[1])
         if missing:
@@ -302,6 +307,8 @@ def pytest_runtest_makereport(item, call):
     item.config._mpiplat_outcomes.append(outcome)
     if rep.outcome == "failed":
         _collect_failure(item, outcome)
+        if item.config.getoption("--fail-fast-rows"):
+            item.config._mpiplat_failed_rows.add(req[0])
     rep._mpiplat_line = (f"  {req[0]:9} {outcome['status'].upper():8} {outcome['evidence'] or '-':9} "
                          f"{rep.duration:6.1f}s  {item.name}")
 

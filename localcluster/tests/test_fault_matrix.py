@@ -1,7 +1,8 @@
 """The fault matrix against the local cluster: for each fault of mpiplat.localcluster.faults, the
-conformance suite (only the rows concerned, `--only`) must report each of those rows `failed`, with the
-fault's words in its message or diagnosis; then the fault is undone and the cluster must be as before
-(healthy, and the objects faults touch unchanged: faults.baseline).
+conformance suite (only the rows concerned, `--only`, each row stopped at its first failed test,
+`--fail-fast-rows`) must report each of those rows `failed`, with the fault's words in its message or
+diagnosis; then the fault is undone and the cluster must be as before (healthy, and the objects faults
+touch unchanged: faults.baseline).
 
 Each fault's times (apply, suite, undo) are printed as it ends:
     pytest localcluster/tests/test_fault_matrix.py -p no:cacheprovider [-k FAULT]
@@ -43,6 +44,7 @@ def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(local))
     cmd = [sys.executable, "-m", "pytest", str(SUITE), "--profile", "cluster", "--only", ",".join(requirements),
+           "--fail-fast-rows",
            "--kubeconfig", str(cluster.kubeconfig_path()), "--report-dir", str(report_dir), "--settings", str(path),
            "-p", "no:cacheprovider"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)

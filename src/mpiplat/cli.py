@@ -127,6 +127,7 @@ def _conformance(args) -> int:
         if value:
             argv.append(f"--{flag}={value}")
     argv += ["--keep"] if args.keep else []
+    argv += ["--fail-fast-rows"] if args.fail_fast_rows else []
     argv += [f"--capability={c}" for c in args.capability]
     # In this process, so Ctrl-C and SIGTERM reach the suite's own cleanup of its namespaces.
     # With --json, pytest's own output goes to stderr and stdout carries the results only.
@@ -223,6 +224,8 @@ def parser() -> argparse.ArgumentParser:
     cr.add_argument("--settings", help="settings file (default: the packaged local.yml)")
     cr.add_argument("--only", help="comma-separated requirement ids")
     cr.add_argument("--keep", action="store_true", help="keep the run's namespaces")
+    cr.add_argument("--fail-fast-rows", action="store_true",
+                    help="once a test of a requirement failed, skip its other tests (the row is failed either way)")
     cr.add_argument("--report-dir", default="reports/conformance")
     cr.add_argument("--capability", action="append", default=[], metavar="NAME=BOOL")
     cr.add_argument("--json", action="store_true", help="print results.json on stdout (progress goes to stderr)")
