@@ -57,7 +57,7 @@ from typing import BinaryIO
 from mpiplat.errors import MpiplatError
 from mpiplat.localcluster.build import binary as binary_path
 from mpiplat.localcluster.progress import progress
-from mpiplat.versions import cache_dir
+from mpiplat.versions import cache_dir, mirrored
 from mpiplat.versions import load as load_versions
 
 RETRY = "mpiplat cluster images"
@@ -918,13 +918,6 @@ def ensure_built(names: Iterable[str] | None = None, stream=None) -> dict[str, P
 # ---------------------------------------------------------------- containerd
 
 CONTROLLER_IMAGES = ("kueue", "jobset", "trainer", "mpi-operator")  # recipes named as their charts' images
-
-
-def mirrored(image: str, registry: str) -> str:
-    """An image reference as the roles rewrite it for mpiplat_image_registry: its registry host (a
-    first component with a '.' or ':') replaced by `registry`."""
-    first, _, rest = image.partition("/")
-    return f"{registry.rstrip('/')}/{rest if rest and ('.' in first or ':' in first) else image}"
 
 
 def tag_mirrored(ctr: list[str], registry: str, stream=None) -> list[str]:

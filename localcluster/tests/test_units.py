@@ -10,7 +10,7 @@ import yaml
 
 from mpiplat import jobs, versions
 from mpiplat.conformance import workloads
-from mpiplat.localcluster import build, cluster, hoststate, images, nodes, processes, realnode
+from mpiplat.localcluster import build, cluster, hoststate, nodes, processes, realnode
 
 
 def test_versions_file_pins_every_component():
@@ -205,7 +205,10 @@ def test_another_clusters_node_has_namespaces_addresses_and_cgroups_of_its_own(m
     ("mpioperator/mpi-operator:0.8.2", "mirror.example.com/mpiplat/mpioperator/mpi-operator:0.8.2"),
 ])
 def test_controller_images_are_named_as_the_roles_rewrite_them(image, mirrored):
-    assert images.mirrored(image, "mirror.example.com/mpiplat/") == mirrored
+    """One implementation (mpiplat.versions): the roles' filters, and the real node's tags (images.tag_mirrored)."""
+    assert versions.mirrored(image, "mirror.example.com/mpiplat/") == mirrored
+    assert versions.mirror_manifest(f"spec:\n  - image: {image}\n", "mirror.example.com/mpiplat/") == \
+        f"spec:\n  - image: {mirrored}\n"
 
 
 @pytest.mark.parametrize("registry", ["https://mirror.example.com", "Mirror.example.com", "mirror example"])

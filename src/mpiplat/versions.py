@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from importlib import resources
@@ -75,6 +76,68 @@ def load(path: Path = VERSIONS_FILE) -> dict[str, Component]:
             extra={k: v for k, v in spec.items() if k not in known},
         )
     return out
+
+
+def _host_and_rest(image: str) -> tuple[str, str]:
+    """An image reference's registry host and the rest. Its first part is a host when it has a '.' or ':'
+    in it (as Docker reads it); without one the image is Docker Hub's, docker.io."""
+    first, _, rest = image.partition("/")
+    return (first, rest) if rest and ("." in first or ":" in first) else ("docker.io", image)
+
+
+def split_image(image: str) -> tuple[str, str, str]:
+    """(registry, path, tag) of an image reference "[host[:port]/]path[:tag]"; tag "" when it has none."""
+    host, rest = _host_and_rest(image)
+    path, colon, tag = rest.rpartition(":")
+    return (host, path, tag) if colon and "/" not in tag else (host, rest, "")
+
+
+def mirrored(image: str, registry: str) -> str:
+    """An image reference through the mirror `registry` (mpiplat_image_registry): its registry host
+    replaced by it, e.g. registry.k8s.io/kueue/kueue:v1 -> mirror.example.com/mpiplat/kueue/kueue:v1."""
+    return f"{registry.rstrip('/')}/{_host_and_rest(image)[1]}"
+
+
+_IMAGE_LINE = re.compile(r"^([ \t]*(?:-[ \t]+)?image:[ \t]*)(\S+)[ \t]*$", re.MULTILINE)
+
+
+def mirror_manifest(text: str, registry: str) -> str:
+    """A YAML manifest's `image:` lines through the mirror `registry` (unchanged without one)."""
+    if not registry:
+        return text
+    return _IMAGE_LINE.sub(lambda m: m.group(1) + mirrored(m.group(2), registry), text)
+
+
+def _expand(value, version: str, number: str):
+    if isinstance(value, str):
+        return value.replace("{version}", version).replace("{number}", number)
+    if isinstance(value, dict):
+        return {k: _expand(v, version, number) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, version, number) for v in value]
+    return value
+
+
+def pin(name: str, version_override: str = "", registry: str = "", path: Path = VERSIONS_FILE) -> dict:
+    """A component's entry of the versions file as the roles use it ({} for an unknown one): `version` the
+    override when given, else the pin; `number` the same without its v; {version} and {number} filled in in
+    every string (chart.version defaults to "{number}"); `image_parts` each of its `images` split for chart
+    values (registry, path, repository, tag), through the mirror `registry` when given."""
+    entry = ((yaml.safe_load(path.read_text()) or {}).get("components") or {}).get(name)
+    if not isinstance(entry, dict):
+        return {}
+    version = version_override or str(entry.get("version", ""))
+    number = version.removeprefix("v")
+    entry = dict(entry, version=version)
+    if isinstance(entry.get("chart"), dict):
+        entry["chart"] = {"version": "{number}", **entry["chart"]}
+    entry = _expand(entry, version, number)
+    parts = []
+    for image in entry.get("images") or []:
+        host, image_path, tag = split_image(image)
+        host = registry.rstrip("/") if registry else host
+        parts.append({"registry": host, "path": image_path, "repository": f"{host}/{image_path}", "tag": tag})
+    return {**entry, "number": number, "image_parts": parts}
 
 
 _module_dirs: dict[str, Path] = {}
