@@ -18,7 +18,8 @@ import yaml
 
 SUITE = Path(__file__).resolve().parents[1] / "suite"
 
-TESTS = '''
+# A fake suite's start: no cluster, simulated nodes only.
+HEADER = '''
 import pytest
 
 from mpiplat.conformance.capabilities import Capabilities
@@ -33,7 +34,9 @@ def kube():
 def capabilities():
     return Capabilities(simulated=True, gpus=False, pod_network=False, kwok_nodes=True)
 
+'''
 
+TESTS = HEADER + '''
 @pytest.mark.requirement("JOB-01")
 def test_on_kwok_nodes(mpijob_spec):
     mpijob_spec("a", "ns")
@@ -161,22 +164,7 @@ def test_a_timeout_given_on_the_command_line_wins(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-ROW_TESTS = '''
-import pytest
-
-from mpiplat.conformance.capabilities import Capabilities
-
-
-@pytest.fixture(scope="session")
-def kube():
-    return None
-
-
-@pytest.fixture(scope="session")
-def capabilities():
-    return Capabilities(simulated=True, gpus=False, pod_network=False, kwok_nodes=True)
-
-
+ROW_TESTS = HEADER + '''
 @pytest.mark.requirement("FAIL-01")
 def test_a_fails():
     assert False, "the first test of the row failed"
