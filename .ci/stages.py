@@ -58,8 +58,7 @@ STAGES = [
                        f"{KUBECONFIG} && molecule test -s default"]),
     ]),
     Stage("scale", "alone, first on the fresh stack: SCALE-01 (200 jobs at once) and SCALE-02 (512 workers) time "
-                   "the cluster itself (every job Running: 43-47 s fresh, 49-53 s with the helm lane's idle cluster "
-                   "beside it, 54-62 s after the suite's 10 minutes; the target is 60)", [
+                   "the cluster itself (every job Running: 35.6 s fresh, 42 s in a second run; the target is 60)", [
         Lane("scale", [f"{KUBECONFIG} && pytest {SCALE_ROWS} --profile cluster "
                        "--report-dir reports/conformance-scale"]),
     ]),

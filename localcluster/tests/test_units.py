@@ -242,3 +242,45 @@ def test_the_restricted_v2_emulation_gives_names_that_differ_in_one_character_th
         assert size == scc.BLOCK and scc.FIRST_UID <= first and first + size - 1 < 2**31 - 1
         assert (first - scc.FIRST_UID) % scc.BLOCK == 0
 
+
+
+# ---------------------------------------------------------------- CPU priority of the real node's agents
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel has no autogroup scheduling")
+def test_a_new_sessions_autogroup_takes_the_nice_given():
+    import subprocess
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        before = Path(f"/proc/{child.pid}/autogroup").read_text()
+        processes.set_autogroup_nice(child.pid, realnode.BACKGROUND_NICE)
+        after = Path(f"/proc/{child.pid}/autogroup").read_text()
+        assert before.split()[0] == after.split()[0] != Path("/proc/self/autogroup").read_text().split()[0]
+        assert after.split()[-1] == str(realnode.BACKGROUND_NICE), after
+    finally:
+        child.kill()
+        child.wait()
+    processes.set_autogroup_nice(child.pid, 5)  # a process gone is no error
+
+
+def test_only_kube_router_starts_niced(monkeypatch, tmp_path):
+    started, niced = [], []
+
+    class FakePopen:
+        def __init__(self, argv, **kw):
+            started.append(argv)
+            self.pid = 4242
+
+    monkeypatch.setattr(realnode.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(realnode.processes, "set_autogroup_nice", lambda pid, nice: niced.append((pid, nice)))
+    monkeypatch.setattr(realnode.processes, "running_pid", lambda path: None)
+    monkeypatch.setattr(realnode, "state_dir", lambda: tmp_path)
+    monkeypatch.setattr(realnode, "log_file", lambda name: tmp_path / f"{name}.log")
+    monkeypatch.setattr(realnode, "node_dir", lambda: tmp_path)
+    monkeypatch.setattr(realnode, "_argv", lambda proc: [proc.name])
+    monkeypatch.setattr(realnode, "_enter", lambda mount=True: [])
+    monkeypatch.setattr(realnode.build, "binary", lambda name: tmp_path / name)
+    for proc in realnode.PROCESSES:
+        realnode._start(proc)
+    assert started == [["nice", "-n", "10", "kube-router"] if name == "kube-router" else [name]
+                       for name in (p.name for p in realnode.PROCESSES)]
+    assert niced == [(4242, 10)]
