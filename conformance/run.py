@@ -119,12 +119,19 @@ class Run:
         return self.kube.core.list_namespace(label_selector=self._selector, _request_timeout=REQUEST_TIMEOUT_S).items
 
     def _delete(self, names: set[str]) -> None:
-        """Delete each namespace; one failing does not stop the others (the first error is raised after)."""
+        """Delete each namespace, then its pods at once (grace period 0); one failing does not stop the others
+        (the first error is raised after).
+
+        The namespace controller waits 5 s before it empties a deleted namespace, then requeues it for about
+        half of its pods' remaining grace period: a namespace that still had a pod took 10.4 s to go, 5.3 s
+        with its pods deleted at once. A terminating namespace admits no new pod, so none comes back."""
         error: Exception | None = None
         for name in sorted(names):
             try:
                 self.kube.core.delete_namespace(name, _request_timeout=REQUEST_TIMEOUT_S)
                 self._deleting.add(name)
+                self.kube.core.delete_collection_namespaced_pod(name, grace_period_seconds=0,
+                                                                _request_timeout=REQUEST_TIMEOUT_S)
             except ApiException as err:
                 if err.status == 409:  # already terminating
                     self._deleting.add(name)

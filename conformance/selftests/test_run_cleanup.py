@@ -21,6 +21,7 @@ class FakeCore:
         self.namespaces: dict[str, dict] = {}  # name -> labels (+ "terminating")
         self.calls: list[tuple[str, str]] = []
         self.on: dict[str, object] = {}
+        self.pods_deleted: list[tuple[str, bool, int | None]] = []  # (namespace, was terminating, grace)
 
     def _hook(self, what: str, name: str = "") -> None:
         self.calls.append((what, name))
@@ -50,6 +51,10 @@ class FakeCore:
         if ns["terminating"]:
             raise ApiException(status=409)
         ns["terminating"] = True
+
+    def delete_collection_namespaced_pod(self, namespace, grace_period_seconds=None, **_kw):
+        self._hook("delete pods", namespace)
+        self.pods_deleted.append((namespace, self.namespaces[namespace]["terminating"], grace_period_seconds))
 
     def finish_terminating(self) -> None:
         """The namespace controller removes what is terminating."""
@@ -108,6 +113,13 @@ def test_an_interrupt_during_namespace_creation_leaves_the_namespace_recorded(ru
     assert run.cleanup(wait=0) == [f"conf-{run.id}-0"]  # its delete was made; it is terminating
     core.finish_terminating()
     assert run.cleanup(wait=0) == [] and core.namespaces == {}
+
+
+def test_each_namespaces_pods_are_deleted_at_once_once_it_is_terminating(run, core):
+    """So that the namespace controller finds no pod to wait for; no new pod is admitted by then."""
+    names = [run.namespace() for _ in range(2)]
+    run.delete_namespaces()
+    assert sorted(core.pods_deleted) == [(n, True, 0) for n in names]
 
 
 @pytest.mark.parametrize("during", ["list", "delete"])
