@@ -22,19 +22,20 @@ LEVEL_MEANS = {
     "real": "real pods and network",
     "simulated": "on KWOK nodes: the API server and controllers are real, the pods are not",
     "objects": "API objects and the API server's answers; the behaviour was not exercised by pods",
-    "none": "not shown: every test skipped",
+    "none": "not shown: every test skipped, or none ran",
 }
 AI_STATUS = {"passed": "Implemented", "partial": "Partially Implemented", "failed": "Not Implemented"}
 AI_FILE = "ai-conformance.yaml"
 
 
 def write(report_dir: Path, outcomes: list[dict], figures: list, meta: dict, plots: list[dict] = (),
-          loosened: list[dict] = (), cluster: dict | None = None) -> dict:
+          loosened: list[dict] = (), cluster: dict | None = None, not_run: dict[str, str] | None = None) -> dict:
     """Write every report into report_dir and return what results.json holds; its "files" lists what was
     written. plots: {"requirement", "title", "svg"} each, drawn into the HTML and saved as plot-<n>.svg.
-    loosened: catalog.loosened(settings.thresholds). cluster: snapshot.cluster, saved as cluster.json."""
+    loosened: catalog.loosened(settings.thresholds). cluster: snapshot.cluster, saved as cluster.json.
+    not_run: {id: why} for the catalog's rows no test ran for (verdicts.aggregate lists them)."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    reqs = verdicts.aggregate(outcomes, loosened)
+    reqs = verdicts.aggregate(outcomes, loosened, not_run)
     files = []
     saved = []
     for n, plot in enumerate(plots, start=1):
@@ -110,6 +111,8 @@ def _identity_rows(data: dict) -> list[tuple[str, str]]:
             ("run", f"{m.get('run_id')} on {m.get('started')}, profile {m.get('profile')}, "
                     f"{m.get('duration_s', 0):.0f} s"),
             ("settings", str(m.get("settings", "-"))),
+            ("waits", f"x{m['wait_scale']:g} (timeouts.wait_scale)" if "wait_scale" in m else "-"),
+            ("thresholds not the catalog's", ", ".join(d["text"] for d in m.get("differing", [])) or "none"),
             ("capabilities", ", ".join(f"{k}={v}" for k, v in (m.get("capabilities") or {}).items()) or "-")]
 
 
@@ -119,7 +122,7 @@ def _junit(path: Path, reqs: dict, meta: dict) -> None:
     """One testcase per requirement; its properties carry status (partial too), evidence and each test's."""
     suite = ET.Element("testsuite", name="mpiplat-conformance", tests=str(len(reqs)),
                        failures=str(sum(r["status"] == "failed" for r in reqs.values())),
-                       skipped=str(sum(r["status"] == "skipped" for r in reqs.values())),
+                       skipped=str(sum(r["status"] in ("skipped", "not run") for r in reqs.values())),
                        time=f"{meta.get('duration_s', 0):.1f}")
     for rid, r in reqs.items():
         case = ET.SubElement(suite, "testcase", classname="mpiplat.conformance", name=rid,
@@ -133,7 +136,7 @@ def _junit(path: Path, reqs: dict, meta: dict) -> None:
             ET.SubElement(props, "property", name=key, value=value)
         if r["status"] == "failed":
             ET.SubElement(case, "failure", message=r["message"][:500]).text = r["diagnosis"] or r["message"]
-        elif r["status"] == "skipped":
+        elif r["status"] in ("skipped", "not run"):
             ET.SubElement(case, "skipped", message=r["message"][:500])
         elif r["status"] == "partial":
             ET.SubElement(case, "system-out").text = "partial: " + r["message"]
@@ -185,7 +188,7 @@ def _markdown(data: dict) -> str:
 
 # ---------------------------------------------------------------- HTML
 
-COLOR = {"passed": "#1a7f37", "partial": "#9a6700", "failed": "#cf222e", "skipped": "#6e7781"}
+COLOR = {"passed": "#1a7f37", "partial": "#9a6700", "failed": "#cf222e", "skipped": "#6e7781", "not run": "#6e7781"}
 STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin-bottom:1em}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
 pre{background:#f6f8fa;padding:1em;white-space:pre-wrap}.identity th{width:9em}.num{text-align:right}
@@ -259,7 +262,7 @@ def _checklist(data: dict) -> str:
         shown = "; ".join(f"{f['name']}={f['value']}{f['unit']}" for f in data["figures"] if f["requirement"] == rid)
         shown = shown or ", ".join(f"{t['name']} ({t['status']})" for t in r["tests"])
         mark = {"passed": "Implemented", "partial": "Partially implemented", "failed": "Not met",
-                "skipped": "Not shown"}[r["status"]]
+                "skipped": "Not shown", "not run": "Not run"}[r["status"]]
         lines.append(f"| {rid} | {CATALOG.get(rid, {}).get('title', '')} | {mark} | {r['evidence'] or '-'} | {shown} |")
     return "\n".join(lines) + "\n"
 

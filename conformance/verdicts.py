@@ -6,7 +6,8 @@ A test's status is pytest's outcome, except that a passed test which checked les
 - `skipped` when every test skipped (their reasons are its message);
 - `partial` when a test is partial, a test skipped beside tests that passed, or a threshold of the row is
   looser than the catalog's (catalog.loosened);
-- `passed` otherwise.
+- `passed` otherwise;
+- `not run` when the run had no test of it (its profile, `--only`, `-k`): the report still lists it, with why.
 
 Evidence levels, weakest first (REQUIREMENTS.md, "Verdicts"): `objects` (API objects and the API server's
 answers; no pod ran), `simulated` (pods on KWOK nodes), `real` (real pods and network). A test's level is
@@ -18,10 +19,10 @@ none did, that of its failed tests; none when all skipped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-STATUSES = ("passed", "partial", "failed", "skipped")
+STATUSES = ("passed", "partial", "failed", "skipped", "not run")
 LEVELS = ("objects", "simulated", "real")
 
 
@@ -108,15 +109,21 @@ def requirement(tests: list[dict], loosened: Iterable[dict] = ()) -> dict:
                                if t["status"] == "failed" and t.get("diagnosis")), "")}
 
 
-def aggregate(outcomes: list[dict], loosened: Iterable[dict] = ()) -> dict[str, dict]:
-    """Per requirement (sorted by id): its tests, total duration and verdict (see `requirement`)."""
+def aggregate(outcomes: list[dict], loosened: Iterable[dict] = (),
+              not_run: Mapping[str, str] | None = None) -> dict[str, dict]:
+    """Per requirement (sorted by id): its tests, total duration and verdict (see `requirement`). Each row
+    of `not_run` ({id: why}) that no outcome names is listed as `not run`, its message saying why."""
     loosened = list(loosened)
     grouped: dict[str, list[dict]] = {}
     for o in outcomes:
         grouped.setdefault(o["requirement"], []).append(o)
-    return {rid: {"tests": tests, "duration_s": sum(t["duration_s"] for t in tests),
+    reqs = {rid: {"tests": tests, "duration_s": sum(t["duration_s"] for t in tests),
                   **requirement(tests, [lo for lo in loosened if rid in lo["rows"]])}
-            for rid, tests in sorted(grouped.items())}
+            for rid, tests in grouped.items()}
+    for rid, why in (not_run or {}).items():
+        reqs.setdefault(rid, {"tests": [], "duration_s": 0, "status": "not run", "evidence": None,
+                              "message": f"not run: {why}", "notes": [], "loosened": [], "diagnosis": ""})
+    return dict(sorted(reqs.items()))
 
 
 def summary(reqs: dict[str, dict]) -> dict[str, int]:

@@ -73,7 +73,7 @@ def test_reports_aggregate_per_requirement(tmp_path):
     figures = [Figure("JOB-06", "p95", 1.5, "s", 5.0), Figure("JOB-06", "slow", 9, "s", 5.0)]
     plot = {"requirement": "PERF-02", "title": "scaling efficiency", "svg": "<svg xmlns='http://www.w3.org/2000/svg'/>"}
     data = report.write(tmp_path, outcomes, figures, {"run_id": "r1", "profile": "simulated", "duration_s": 3}, [plot])
-    assert data["summary"] == {"passed": 0, "partial": 0, "failed": 1, "skipped": 1}
+    assert data["summary"] == {"passed": 0, "partial": 0, "failed": 1, "skipped": 1, "not run": 0}
     junit = ET.parse(tmp_path / "junit.xml").getroot()
     cases = {c.get("name"): c for c in junit.iter("testcase")}
     assert set(cases) == {"JOB-01", "PERF-02"}
@@ -119,13 +119,13 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
     assert verdict == {"ISO-03": ("partial", "objects"), "JOB-01": ("passed", "real"),
                        "SCH-03": ("partial", "simulated"), "SCALE-01": ("partial", "simulated"),
                        "PERF-01": ("skipped", None)}
-    assert data["summary"] == {"passed": 1, "partial": 3, "failed": 0, "skipped": 1}
+    assert data["summary"] == {"passed": 1, "partial": 3, "failed": 0, "skipped": 1, "not run": 0}
 
     md = (tmp_path / "report.md").read_text()
     assert "| ISO-03 | NetworkPolicies" in md and "| PARTIAL | objects | test_enforced skipped: needs real pods |" in md
     assert "| PASSED | real |" in md and "| SKIPPED | - | needs gpus |" in md
     assert "- scale_jobs 10, catalog 200 (SCALE-01)" in md
-    assert "| objects | 0 | 1 | 0 | 0 |" in md  # the summary by evidence level
+    assert "| objects | 0 | 1 | 0 | 0 | 0 |" in md  # the summary by evidence level
 
     page = (tmp_path / "report.html").read_text()
     # It leads with the cluster's identity, then the summary by evidence level, then the rows.
@@ -158,3 +158,22 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
     [gang] = ai["spec"]["schedulingOrchestration"]
     assert gang["id"] == "gang_scheduling" and gang["level"] == "MUST" and gang["status"] == "N/A"
     assert [r["status"] for r in gang["mpiplatRows"]] == ["not run"] * 3
+
+
+def test_the_report_lists_every_catalog_row_and_the_waits_and_thresholds_it_ran_with(tmp_path):
+    outcomes = [_outcome("JOB-01", "test_openmpi", "passed", "real")]
+    not_run = {rid: "not asked for (--only)" for rid in catalog.REQUIREMENTS if rid != "JOB-01"}
+    meta = {"run_id": "r3", "profile": "cluster", "duration_s": 9, "wait_scale": 0.25,
+            "differing": catalog.differing({"scale_jobs": 300, "max_workers": 512, "admitted_to_running_s": 30})}
+    data = report.write(tmp_path, outcomes, [], meta, not_run=not_run)
+    assert list(data["requirements"]) == sorted(catalog.REQUIREMENTS)
+    assert data["summary"] == {"passed": 1, "partial": 0, "failed": 0, "skipped": 0, "not run": len(not_run)}
+    assert data["requirements"]["PERF-01"]["message"] == "not run: not asked for (--only)"
+    md = (tmp_path / "report.md").read_text()
+    assert "| PERF-01 | NCCL" in md and "| NOT RUN | - | not run: not asked for (--only) |" in md
+    assert "- waits: x0.25 (timeouts.wait_scale)" in md
+    assert "- thresholds not the catalog's: scale_jobs 300, catalog 200, max_workers 512, catalog 100" in md
+    junit = ET.parse(tmp_path / "junit.xml").getroot()
+    assert junit.find("testsuite").get("tests") == str(len(catalog.REQUIREMENTS))
+    assert ">NOT RUN</span>" in (tmp_path / "report.html").read_text()
+    assert "| PERF-01 |" in (tmp_path / "checklist.md").read_text()

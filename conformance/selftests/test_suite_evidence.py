@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mpiplat.conformance import catalog
+
 SUITE = Path(__file__).resolve().parents[1] / "suite"
 
 # A fake suite's start: no cluster, simulated nodes only.
@@ -134,7 +136,8 @@ def test_each_test_records_what_it_showed(ran):
 def test_requirements_get_their_verdicts_and_the_terminal_says_so(ran):
     proc, out = ran
     results = json.loads((out / "results.json").read_text())
-    verdict = {rid: (r["status"], r["evidence"]) for rid, r in results["requirements"].items()}
+    verdict = {rid: (r["status"], r["evidence"]) for rid, r in results["requirements"].items()
+               if r["status"] != "not run"}
     assert verdict == {"JOB-01": ("passed", "simulated"), "JOB-04": ("passed", "real"),
                        "ISO-03": ("partial", "objects"), "INS-03": ("passed", "objects"),
                        "SCH-03": ("partial", "simulated"), "SCALE-01": ("partial", "objects"),
@@ -145,7 +148,14 @@ def test_requirements_get_their_verdicts_and_the_terminal_says_so(ran):
     assert any(line.split()[:3] == ["SCH-03", "PARTIAL", "simulated"] and "test_checks_less" in line for line in lines)
     assert any(line.split()[:3] == ["ISO-03", "PARTIAL", "objects"] for line in lines)
     assert "  threshold looser than the catalog's: scale_namespaces 2, catalog 4 (SCALE-01)" in lines
-    assert "requirements: 3 passed, 3 partial, 1 failed, 0 skipped" in proc.stdout
+    not_run = len(catalog.REQUIREMENTS) - 7
+    assert f"requirements: 3 passed, 3 partial, 1 failed, 0 skipped, {not_run} not run" in proc.stdout
+    # Every other catalog row is listed, with why: the fake suite has no test of it, or its profile skips it.
+    assert set(results["requirements"]) == set(catalog.REQUIREMENTS)
+    assert results["requirements"]["PERF-01"]["message"] == "not run: profile cluster (the row's where: gpu)"
+    assert results["requirements"]["JOB-02"]["message"] == "not run: no test selected"
+    assert not any(line.split()[1:2] == ["NOT"] for line in lines if line.startswith("  "))
+    assert results["meta"]["wait_scale"] == 1 and "waits: x1" in (out / "report.md").read_text()
 
 
 def test_the_run_writes_one_handover_tarball(ran):

@@ -125,11 +125,11 @@ def test_the_summary_counts_requirements_per_status_and_evidence_level():
         {**_test("c", "skipped", None, "needs gpus"), "requirement": "PERF-01"},
         {**_test("d", "failed", "simulated"), "requirement": "FAIL-01"},
     ])
-    assert verdicts.summary(reqs) == {"passed": 2, "partial": 0, "failed": 1, "skipped": 1}
+    assert verdicts.summary(reqs) == {"passed": 2, "partial": 0, "failed": 1, "skipped": 1, "not run": 0}
     table = verdicts.by_evidence(reqs)
     assert list(table) == ["real", "simulated", "objects", "none"]
     assert table["real"]["passed"] == 1 and table["simulated"] == {"passed": 1, "partial": 0, "failed": 1,
-                                                                     "skipped": 0}
+                                                                     "skipped": 0, "not run": 0}
     assert table["none"]["skipped"] == 1
 
 
@@ -140,7 +140,7 @@ def test_every_catalog_threshold_is_a_setting_whose_default_is_the_catalogs_figu
     defaults = parse({"teams": [{"name": "a"}]}).thresholds
     for name, t in catalog.THRESHOLDS.items():
         assert name in props and "default" not in props[name], f"{name}: its default belongs to the catalog"
-        assert t.looser in ("lower", "higher"), name
+        assert t.looser in ("lower", "higher", "either"), name
         assert t.rows and set(t.rows) <= set(catalog.REQUIREMENTS), name
         assert defaults[name] == t.default, name
     assert catalog.THRESHOLDS["scale_jobs"].default == 200 and catalog.THRESHOLDS["scale_workers"].default == 512
@@ -151,11 +151,12 @@ def test_every_catalog_threshold_is_a_setting_whose_default_is_the_catalogs_figu
 @pytest.mark.parametrize("name, value, flagged", [
     ("scale_jobs", 10, True), ("scale_jobs", 300, False), ("scale_jobs", 200, False),
     ("failure_to_failed_s", 60, True), ("failure_to_failed_s", 10, False),
-    ("min_workers", 4, True), ("max_workers", 64, True), ("max_workers", 128, False),
+    ("min_workers", 4, True), ("min_workers", 1, True), ("max_workers", 64, True), ("max_workers", 128, True),
+    ("max_workers", 100, False),
     ("submit_to_admitted_p95_s", 20, True), ("scale_all_running_s", 30, False),
     ("efficiency_8_nodes", 0.6, True), ("perf03_time_ratio", 0.5, True), ("perf03_time_ratio", 0.2, False),
 ])
-def test_a_threshold_is_flagged_only_when_it_asks_less_than_the_catalog(name, value, flagged):
+def test_a_threshold_is_flagged_only_when_it_asks_less_than_the_catalog_or_moves_a_range(name, value, flagged):
     found = catalog.loosened({**parse({"teams": [{"name": "a"}]}).thresholds, name: value})
     assert [lo["name"] for lo in found] == ([name] if flagged else [])
 

@@ -125,6 +125,24 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep
+    config._mpiplat_not_run = _not_run(profile, only, {_requirement(i)[0] for i in keep if SUITE in i.path.parents})
+
+
+def _not_run(profile: str, only: set[str], kept: set[str]) -> dict[str, str]:
+    """Why each catalog row without a selected test is not run (the report lists every row)."""
+    why = {}
+    for rid, row in catalog.REQUIREMENTS.items():
+        if rid in kept:
+            continue
+        if only and rid not in only:
+            why[rid] = "not asked for (--only)"
+        elif profile == "preflight":
+            why[rid] = "profile preflight: it runs read-only tests only, and this row has none"
+        elif not PROFILES[profile](row["where"]):
+            why[rid] = f"profile {profile} (the row's where: {row['where']})"
+        else:
+            why[rid] = "no test selected"
+    return why
 
 
 @pytest.fixture(scope="session")
@@ -338,6 +356,15 @@ def pytest_report_teststatus(report, config):
     return None
 
 
+def _not_reached(config) -> dict[str, str]:
+    """Every catalog row with no outcome: why it was not selected, or that the session ended first
+    (deselected by -k/-m, or stopped early)."""
+    ran = {o["requirement"] for o in config._mpiplat_outcomes}
+    why = getattr(config, "_mpiplat_not_run", {})
+    return {rid: why.get(rid, "selected, but the session ended before it or -k/-m deselected it")
+            for rid in catalog.REQUIREMENTS if rid not in ran}
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     outcomes = config._mpiplat_outcomes
@@ -349,17 +376,20 @@ def pytest_sessionfinish(session, exitstatus):
     meta = {"run_id": run.id if run else None, "started": report.now(), "profile": config.getoption("--profile"),
             "cluster": getattr(config, "_mpiplat_cluster", {}), "settings": settings.source,
             "capabilities": getattr(config, "_mpiplat_capabilities", {}), "thresholds": settings.thresholds,
+            "wait_scale": settings.timeouts["wait_scale"], "differing": catalog.differing(settings.thresholds),
             "duration_s": time.monotonic() - config._mpiplat_started,
             "handover": f"{handover.name(run.id if run else None)}.tar.gz"}
     out = Path(config.getoption("--report-dir"))
     data = report.write(out, outcomes, run.figures if run else [], meta, run.plots if run else [],
                         catalog.loosened(settings.thresholds),
-                        snapshot.cluster(kube, settings.gpu_resource) if kube else None)
+                        snapshot.cluster(kube, settings.gpu_resource) if kube else None, _not_reached(config))
     tarball = handover.write(out, meta["run_id"], data["files"], config._mpiplat_failures)
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr:
         tr.write_sep("=", "mpiplat conformance")
         for rid, r in data["requirements"].items():
+            if r["status"] == "not run":  # counted below; the reports list each with why
+                continue
             first = r["message"].splitlines()[0][:80] if r["message"] else ""
             tr.write_line(f"  {rid:9} {r['status'].upper():8} {r['evidence'] or '-':9} {first}")
         for lo in data["loosened"]:

@@ -77,7 +77,7 @@ def test_installed_preflight_run_against_the_cluster_in_kubeconfig(installed, ku
     proc = _mpiplat(env, "conformance", "run", "--profile", "preflight", "--only", "INS-01,INS-02",
                     "--report-dir", str(tmp_path), "--json", timeout=600)
     results = json.loads(proc.stdout)
-    summary = {rid: r["status"] for rid, r in results["requirements"].items()}
+    summary = {rid: r["status"] for rid, r in results["requirements"].items() if r["status"] != "not run"}
     assert proc.returncode == 0 and summary == {"INS-01": "passed", "INS-02": "passed"}, \
         (summary, proc.stderr[-3000:])
     assert results["meta"]["cluster"]["server"] == kube.api_client.configuration.host
