@@ -568,6 +568,19 @@ def matrix() -> list[Fault]:
             {"ISO-04": ("was admitted", "guardrails"), "JOB-05": ("was admitted", "guardrails"),
              "FAIL-03": ("guardrail is missing",)},
             kind="validatingadmissionpolicybindings", prefix="mpiplat-", wait_scale=0.25),
+        CreatedObject(
+            "istio-injector-unguarded", "Istio's sidecar injector registered (a MutatingWebhookConfiguration), "
+            "the guardrails without their istio-sidecar policy (guardrails_istio false, as locally)",
+            {"ISO-04": ("Istio's sidecar injector is registered", "was admitted", "guardrails_istio")},
+            obj={"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                 "metadata": {"name": "mpiplat-fault-istio-sidecar-injector"},
+                 # Registered, never called: its object selector matches no pod, and its URL serves nothing.
+                 "webhooks": [{"name": "object.sidecar-injector.istio.io", "sideEffects": "None",
+                               "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore",
+                               "clientConfig": {"url": "https://127.0.0.1:9/inject"},
+                               "objectSelector": {"matchLabels": {"mpiplat.io/fault-never": "true"}},
+                               "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                          "resources": ["pods"]}]}]}),
         ChangedObject(
             "token-automount", f"{TEAM}'s default ServiceAccount mounts API tokens (automountServiceAccountToken true)",
             {"ISO-02": ("API token", "tenancy_automount_service_account_token")},

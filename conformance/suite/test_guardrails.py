@@ -120,3 +120,41 @@ def test_names_that_break_hostfiles_are_rejected(kube, run, mpijob_spec):
     message, _ = _rejected(kube, manifest)
     assert 'MPIJob name "train.v1" contains dots, which break MPI hostfiles' in message, message
     assert message.endswith('e.g. "train-v1"'), message
+
+
+ISTIO_INJECTOR = ".sidecar-injector.istio.io"  # how the names of Istio's injection webhooks end
+ISTIO_OPT_OUT = "sidecar.istio.io/inject"
+
+
+@pytest.mark.requirement("ISO-04")
+def test_no_istio_sidecar_can_be_injected_into_mpijob_pods(kube, run, mpijob_spec, evidence):
+    """Where Istio's sidecar injector is registered (a MutatingWebhookConfiguration webhook named
+    *.sidecar-injector.istio.io), an MPIJob whose pod templates do not opt out, as upstream's examples do not,
+    is refused at submit (server-side dry run; the guardrails role's istio-sidecar policy says how to opt
+    out). A sidecar would intercept the launcher's SSH to the workers and keep finished pods running. Where
+    no injector is registered, nothing can inject one, and the test says so. Fails on a cluster that
+    registers the injector and admits such a job."""
+    injectors = sorted(f"{c.metadata.name}/{w.name}"
+                       for c in client.AdmissionregistrationV1Api(kube.api_client)
+                       .list_mutating_webhook_configuration().items
+                       for w in c.webhooks or [] if w.name.endswith(ISTIO_INJECTOR))
+    if not injectors:
+        evidence.at_most("objects", "no Istio sidecar injector is registered: nothing can inject a sidecar")
+        return
+    evidence.at_most("objects", f"Istio's injector ({', '.join(injectors)}) and a server-side dry run")
+    ns = run.namespace()
+    manifest = _job(mpijob_spec, "meshed", ns, workers=2)
+    for replica in manifest["spec"]["mpiReplicaSpecs"].values():
+        replica["template"]["metadata"].get("labels", {}).pop(ISTIO_OPT_OUT, None)
+        replica["template"]["metadata"].get("annotations", {}).pop(ISTIO_OPT_OUT, None)
+    try:
+        kube.dry_run_create(f"/apis/{MPIJOB.group}/{MPIJOB.version}/namespaces/{ns}/{MPIJOB.plural}", manifest)
+    except ApiException as err:
+        assert err.status in (400, 403, 422), err
+        message = json.loads(err.body)["message"]
+        assert ISTIO_OPT_OUT in message, f"refused, but not for the Istio opt-out: {message}"
+        return
+    pytest.fail(f"Istio's sidecar injector is registered ({', '.join(injectors)}) and an MPIJob whose pod templates "
+                f"do not set {ISTIO_OPT_OUT}: \"false\" was admitted (a server-side dry run): its pods would get a "
+                "sidecar that intercepts the launcher's SSH to the workers. Install the guardrails with "
+                "guardrails_istio: true")
