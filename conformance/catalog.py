@@ -35,7 +35,8 @@ def differing(thresholds: Mapping[str, float]) -> list[dict]:
     """The settings' thresholds that are not the catalog's figures, in either direction, each as
     {"name", "value", "catalog", "rows", "looser", "text"}; the report lists them all."""
     return [{"name": t.name, "value": thresholds[t.name], "catalog": t.default, "rows": list(t.rows),
-             "looser": t.is_looser(thresholds[t.name]), "text": f"{t.name} {thresholds[t.name]:g}, catalog {t.default:g}"}
+             "looser": t.is_looser(thresholds[t.name]),
+             "text": f"{t.name} {thresholds[t.name]:g}, catalog {t.default:g}"}
             for t in THRESHOLDS.values() if t.name in thresholds and thresholds[t.name] != t.default]
 
 

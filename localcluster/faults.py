@@ -593,6 +593,15 @@ def matrix() -> list[Fault]:
                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
                  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                                "name": "auditor@example.com"}]}),
+        CreatedObject(
+            "team-a-members-in-team-b", f"{TEAM}'s users (Group team-a-scientists) also bound to ClusterRole edit in "
+            "team-b's namespace",
+            {"ISO-01": ("team-a-scientists", "mpiplat-fault-team-a-in-team-b")},
+            obj={"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": "mpiplat-fault-team-a-in-team-b", "namespace": "team-b"},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                               "name": "team-a-scientists"}]}),
         KueueConfigured(
             "kueue-no-waitforpodsready", "Kueue restarted without waitForPodsReady in its configuration",
             {"SCH-05": ("waitForPodsReady",)}, drop=("waitForPodsReady",), wait_scale=0.1),

@@ -188,6 +188,47 @@ def test_team_viewers_can_read_but_not_change_jobs_in_their_namespace(kube, sett
                        f"{VIEWER_ROLE} only)")
 
 
+TEAM_ROLES = ("mpijob-admin", "mpijob-user", "mpijob-viewer")  # the ClusterRoles the tenancy role binds teams to
+# What a team's members may not do in another team's namespace: (verb, API group, resource, subresource).
+OTHER_TEAM_MUST_NOT = (("get", "kubeflow.org", "mpijobs", ""), ("list", "kubeflow.org", "mpijobs", ""),
+                       ("create", "kubeflow.org", "mpijobs", ""), ("delete", "kubeflow.org", "mpijobs", ""),
+                       ("get", "", "pods", "log"))
+
+
+@pytest.mark.requirement("ISO-01")
+def test_team_members_cannot_reach_another_teams_jobs(kube, settings, evidence):
+    """The teams' own subjects, across teams: whoever a team namespace binds to a team role (mpijob-admin,
+    -user, -viewer) may not read, create or delete MPIJobs, or read pod logs, in another team's namespace,
+    unless that namespace binds them to a team role too. Fails on a cluster where a binding in one team's
+    namespace (or a ClusterRoleBinding) lets another team's members in, naming the bindings there."""
+    evidence.at_most("objects", "SubjectAccessReviews of the teams' RoleBindings")
+    rbac = client.RbacAuthorizationV1Api(kube.api_client)
+    bindings = {team.namespace: rbac.list_namespaced_role_binding(team.namespace).items for team in settings.teams}
+    members = {ns: {(s.kind, s.name) for b in found
+                    if b.role_ref.kind == "ClusterRole" and b.role_ref.name in TEAM_ROLES
+                    for s in b.subjects or [] if s.kind in ("User", "Group")}
+               for ns, found in bindings.items()}
+    wrong, checked = [], 0
+    for ns, subjects in members.items():
+        for other in (o for o in members if o != ns):
+            for kind, name in sorted(subjects - members[other]):
+                checked += 1
+                user, groups = _subject_groups(client.RbacV1Subject(kind=kind, name=name))
+                granted = [f"{verb} {resource}{'/' + sub if sub else ''}"
+                           for verb, group, resource, sub in OTHER_TEAM_MUST_NOT
+                           if _allowed(kube, user, other, verb, resource, group, sub, groups=groups)]
+                if granted:
+                    through = [f"{b.metadata.name} -> {b.role_ref.kind} {b.role_ref.name}" for b in bindings[other]
+                               if any(s.kind == kind and s.name == name for s in b.subjects or [])]
+                    wrong.append(f"{kind} {name} of {ns} may {', '.join(granted)} in {other} (RoleBindings there "
+                                 f"naming it: {', '.join(through) or 'none: a ClusterRoleBinding?'})")
+    if not checked:
+        evidence.partial("fewer than two team namespaces bind anyone to a team role: access across teams was "
+                         "not checked")
+    assert not wrong, ("a team's members reach another team's jobs: " + "; ".join(wrong)
+                       + ". Bind each team's members in its own namespace only (the tenancy role does)")
+
+
 def _pods(kube, ns: str, selector: dict | None) -> set[str]:
     return {p.metadata.name for p in kube.core.list_namespaced_pod(ns, label_selector=label_selector(selector)).items}
 
