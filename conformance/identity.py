@@ -4,6 +4,7 @@ report their identity from inside (the whoami workload), for JOB-11 and ISO-05."
 from __future__ import annotations
 
 import random
+import re
 import time
 
 from mpiplat import jobs
@@ -50,7 +51,8 @@ def run_whoami_job(kube: Kube, spec: jobs.MPIJob, expect_uid: int, timeout: floa
     """Submit `spec` (a real MPIJob of 2 workers) running the whoami workload, expecting every rank to run as
     `expect_uid` on its own worker; returns whoami's record and the times it took (s): worker created ->
     running (slowest), submit -> workers Running, submit -> Succeeded. Fails with the job's diagnosis when a
-    worker cannot pull, exits or restarts (e.g. its sshd finds no user), or the job does not succeed."""
+    worker cannot pull, exits or restarts (e.g. its sshd finds no user), or the job does not succeed, and when
+    the launcher's own first line (jobs.LAUNCHER_IDENTITY) names another uid."""
     ns, name = spec.namespace, spec.name
     kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
     spec.workload, spec.workload_args = "whoami", ["--expect-uid", str(expect_uid), "--min-hosts", "2"]
@@ -71,6 +73,10 @@ def run_whoami_job(kube: Kube, spec: jobs.MPIJob, expect_uid: int, timeout: floa
     to_running = time.monotonic() - start
     [found], seen = wait_workload_job(kube, name, ns, "whoami", ranks=2, timeout=timeout, start=start)
     assert found["uids"] == found["euids"] == [expect_uid] * 2, found
+    [launcher] = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name},{ROLE_LABEL}=launcher").items
+    said = re.search(rf"^{re.escape(jobs.LAUNCHER_IDENTITY)} (\d+)", _log(kube, launcher), re.MULTILINE)
+    assert said and int(said.group(1)) == expect_uid, (
+        f"{ns}/{name}: the launcher ran as uid {said.group(1) if said else '? (it did not say)'}, not {expect_uid}")
     assert sorted(found["hosts"]) == sorted(p.metadata.name for p in workers), found
     created_to_running = max((p.status.container_statuses[0].state.running.started_at
                               - p.metadata.creation_timestamp).total_seconds() for p in workers)

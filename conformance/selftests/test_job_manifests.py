@@ -142,11 +142,17 @@ def _ssh_bin(tmp_path: Path, hostfile: str, answers_after: dict[str, int]) -> di
 
 
 def _mpijob_launch(env: dict[str, str], implementation: str = "OpenMPI") -> subprocess.CompletedProcess:
+    """The launcher's command with `echo ran` for mpirun; its stderr without the first line, which must say
+    who it ran as."""
     command = jobs.mpijob(jobs.MPIJob(name="j", implementation=implementation, command=["python3", "x.py"]))[
         "spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"]
     assert command[4] == "mpirun" and command[-2:] == ["python3", "x.py"]
-    return subprocess.run([*command[:4], "echo", "ran", *command[5:]], env=env, capture_output=True, text=True,
+    done = subprocess.run([*command[:4], "echo", "ran", *command[5:]], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
+    first, _, rest = done.stderr.partition("\n")
+    assert first == f"{jobs.LAUNCHER_IDENTITY} {os.getuid()}, gid {os.getgid()}", done.stderr
+    done.stderr = rest
+    return done
 
 
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")

@@ -367,7 +367,8 @@ NON_ROOT_SSH = "/home/mpiuser/.ssh"  # the MPI user's ~/.ssh: where its ssh clie
 def test_non_root_mpijob_runs_every_rank_as_the_chosen_uid_on_its_own_worker(kube, run, mpijob_spec, implementation):
     """A real MPIJob of 2 workers whose launcher and workers run as a chosen non-root UID (runAsUser,
     runAsNonRoot) with the job's SSH keys at sshAuthMountPath /home/mpiuser/.ssh succeeds, and shows from inside
-    that it ran as that user: whoami.py's 2 ranks report that UID (real and effective), one on each worker pod.
+    that it ran as that user: whoami.py's 2 ranks report that UID (real and effective), one on each worker pod,
+    and the launcher's own first line (`id -u`) names it too.
     The UID is one the namespace allows that is not its default (the second of an OpenShift-style range), else a
     random high one no image knows. It fails when a rank runs as another user, when the ranks do not span the
     workers, or when SSH does not work for the user (no passwd entry, keys where its ssh or its sshd do not

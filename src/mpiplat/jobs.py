@@ -390,11 +390,13 @@ LAUNCHER_SSH_WAIT_S = 30
 # the key is unreadable.
 SSH_FINAL = ("No user exists for uid", "You don't exist", "Permission denied")
 HOSTFILE = "/etc/mpi/hostfile"  # the operator's, in every implementation's format ("host slots=N", "host:N")
+# The launcher's first line (stderr), followed by its uid and gid: who it really ran as, for JOB-11.
+LAUNCHER_IDENTITY = "mpiplat: launcher runs as uid"
 
 
 def launcher_command(implementation: str, np: int, slots: int, program: list[str]) -> list[str]:
     """The launcher's command: mpirun for `implementation` running `program` on `np` ranks, once every
-    worker of the hostfile answers over SSH.
+    worker of the hostfile answers over SSH. It first prints LAUNCHER_IDENTITY with its uid and gid.
 
     A network plugin programs a new pod's NetworkPolicy rules a moment after the pod starts (kube-router:
     about a second). mpirun started in that moment has its first connections refused and fails at once
@@ -405,7 +407,8 @@ def launcher_command(implementation: str, np: int, slots: int, program: list[str
     and the launcher then fails without mpirun, which would fail too, or hang (MPICH's and Intel's Hydra)."""
     argv, _ = _LAUNCH[implementation]
     final = "|".join(f'*"{e}"*' for e in SSH_FINAL)
-    wait = (f'i=0; final=; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
+    wait = (f'echo "{LAUNCHER_IDENTITY} $(id -u), gid $(id -g)" >&2; '
+            f'i=0; final=; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
             f'until err=$(ssh -o ConnectionAttempts=1 -o ConnectTimeout=2 -o BatchMode=yes {SSH_ARGS} "$h" true '
             '2>&1 >/dev/null); do i=$((i+1)); '
             f'case "$err" in {final}) i={LAUNCHER_SSH_WAIT_S}; final=1;; esac; '
