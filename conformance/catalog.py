@@ -41,8 +41,6 @@ def differing(thresholds: Mapping[str, float]) -> list[dict]:
 
 
 def loosened(thresholds: Mapping[str, float]) -> list[dict]:
-    """The settings' thresholds that ask less than the catalog's figures, each as
-    {"name", "value", "catalog", "rows", "text"} with text like "scale_jobs 10, catalog 50"."""
-    return [{"name": t.name, "value": thresholds[t.name], "catalog": t.default, "rows": list(t.rows),
-             "text": f"{t.name} {thresholds[t.name]:g}, catalog {t.default:g}"}
-            for t in THRESHOLDS.values() if t.name in thresholds and t.is_looser(thresholds[t.name])]
+    """The settings' thresholds that ask less than the catalog's figures (those of `differing` that are
+    looser), each as {"name", "value", "catalog", "rows", "text"} with text like "scale_jobs 10, catalog 50"."""
+    return [{k: v for k, v in d.items() if k != "looser"} for d in differing(thresholds) if d["looser"]]
