@@ -235,12 +235,14 @@ class ConditionWatch:
     """When each object of `kind` in `namespaces` was first seen with each of `conditions` True (monotonic
     seconds, keyed (namespace, name, condition)): a watch per namespace, opened before it returns, so that an
     object created after it is never missed. `name_of` names an object in the keys (default: its own name;
-    owner_name keys a Workload by its job). stop() ends the watches (within their 5 s timeout)."""
+    owner_name keys a Workload by its job); `first_seen` when each (namespace, name) was first seen at all.
+    stop() ends the watches (within their 5 s timeout)."""
 
     def __init__(self, kube: Kube, kind: Kind, namespaces: list[str], conditions: tuple[str, ...],
                  name_of: Callable[[dict], str] = lambda obj: obj["metadata"]["name"]):
         self.kind, self.conditions, self.name_of = kind, conditions, name_of
         self.seen: dict[tuple[str, str, str], float] = {}
+        self.first_seen: dict[tuple[str, str], float] = {}
         self._stop = threading.Event()
         self._ready = threading.Barrier(len(namespaces) + 1)
         for ns in namespaces:
@@ -264,6 +266,7 @@ class ConditionWatch:
     def _note(self, namespace: str, objs: list[dict]) -> None:
         now = time.monotonic()
         for obj in objs:
+            self.first_seen.setdefault((namespace, self.name_of(obj)), now)
             for ctype in self.conditions:
                 key = (namespace, self.name_of(obj), ctype)
                 if key not in self.seen and has_condition(obj, ctype):
