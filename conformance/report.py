@@ -51,7 +51,8 @@ def write(report_dir: Path, outcomes: list[dict], figures: list, meta: dict, plo
             "loosened": list(loosened), "requirements": reqs,
             "figures": [asdict(f) | {"meets_target": f.meets_target} for f in figures], "plots": saved,
             "files": files}
-    data["ai_conformance"] = ai_conformance(data)
+    data["ai_checklist"] = meta.get("ai_checklist") or AI_CONFORMANCE["checklist"]
+    data["ai_conformance"] = ai_conformance(data, data["ai_checklist"])
     (report_dir / "results.json").write_text(json.dumps(data, indent=2, default=str))
     _junit(report_dir / "junit.xml", reqs, meta)
     (report_dir / "report.md").write_text(_markdown(data))
@@ -173,9 +174,9 @@ def _markdown(data: dict) -> str:
         lines.append(f"| {f['requirement']} | {f['name']} | {f['value']} {f['unit']} | {_fmt_target(f)} | {meets} |")
     if data["plots"]:
         lines += ["", "## Plots", ""] + [f"- {p['requirement']}: [{p['title']}]({p['file']})" for p in data["plots"]]
-    lines += ["", f"## Kubernetes AI Conformance ({AI_CONFORMANCE['checklist']}, also in {AI_FILE})", "",
+    lines += ["", f"## Kubernetes AI Conformance ({data['ai_checklist']}, also in {AI_FILE})", "",
               "| requirement | level | status | evidence | our rows |", "|---|---|---|---|---|"]
-    for item in data["ai_conformance"]:
+    for item in (i for i in data["ai_conformance"] if i["rows"]):
         rows = ", ".join(f"{r['id']} {r['status']}" for r in item["rows"])
         lines.append(f"| {item['id']} | {item['level']} | {item['status']} | {item['evidenceLevel'] or '-'} | {rows} |")
     failed = [(rid, r) for rid, r in data["requirements"].items() if r["status"] == "failed"]
@@ -228,7 +229,7 @@ def _html(data: dict, svgs: list[str]) -> str:
                  f"<td>{i['evidenceLevel'] or '-'}</td><td>"
                  + ", ".join((f"<a href='#req-{r['id']}'>{r['id']}</a>" if r["status"] in verdicts.STATUSES
                               else r["id"]) + f" {r['status']}" for r in i["rows"])
-                 + "</td></tr>" for i in data["ai_conformance"])
+                 + "</td></tr>" for i in data["ai_conformance"] if i["rows"])
     diags = "".join(f"<h3 id='diag-{rid}'>Diagnosis {rid}</h3><pre>{_e(r['diagnosis'] or r['message'])}</pre>"
                     for rid, r in data["requirements"].items() if r["status"] == "failed")
     extra = "".join(f"<h2>{_e(p['requirement'])}: {_e(p['title'])}</h2>{svg}"
@@ -246,7 +247,7 @@ def _html(data: dict, svgs: list[str]) -> str:
 {''.join(rows)}</table>
 <h2>Figures against targets</h2><table><tr><th>id</th><th>figure</th><th>value</th><th>target</th><th>meets</th></tr>
 {''.join(figs)}</table>{extra}
-<h2>Kubernetes AI Conformance ({_e(AI_CONFORMANCE['checklist'])}, also in {AI_FILE})</h2>
+<h2>Kubernetes AI Conformance ({_e(data['ai_checklist'])}, also in {AI_FILE})</h2>
 <table><tr><th>requirement</th><th>level</th><th>status</th><th>evidence</th><th>our rows</th></tr>{ai}</table>
 {('<h2>Diagnoses</h2>' + diags) if diags else ''}
 </body></html>
@@ -267,42 +268,62 @@ def _checklist(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ai_conformance(data: dict) -> list[dict]:
-    """Each AI-conformance requirement of the catalog with its status from our rows' verdicts:
-    Not Implemented if a row failed; Implemented if every row passed; N/A if none passed or is partial
-    (skipped, not run, or a part no test checks; notes say which); else Partially Implemented.
-    evidenceLevel: the weakest level of the rows that passed or are partial."""
+UNMAPPED = "not among the requirements the mpiplat catalog shows (MPI training): the platform owner's to answer"
+
+
+def ai_conformance(data: dict, checklist: str | None = None) -> list[dict]:
+    """Each requirement of the AI-conformance `checklist` (default the catalog's), in its order. Those our
+    rows show (the catalog's ai_conformance.requirements) get a status from the rows' verdicts:
+    Not Implemented if a row failed; Implemented if every row passed with real pods; N/A if none passed or
+    is partial (skipped, not run, or a part no test checks; notes say which); else Partially Implemented,
+    its notes first saying what was shown where every row passed below `real`.
+    evidenceLevel: the weakest level of the rows that passed or are partial; evidence: each row's testcase in
+    junit.xml and section of report.html. The others have no status and say why (UNMAPPED)."""
     out = []
-    for ai_id, spec in AI_CONFORMANCE["requirements"].items():
-        rows = []
-        for rid, part in spec["rows"].items():
-            r = data["requirements"].get(rid)
-            part, unchecked = (part["part"], part.get("unchecked")) if isinstance(part, dict) else (part, None)
-            if unchecked:
-                rows.append({"id": rid, "part": part, "status": "not checked", "evidence": None, "message": unchecked})
-                continue
-            rows.append({"id": rid, "part": part, "status": r["status"] if r else "not run",
-                         "evidence": r["evidence"] if r else None,
-                         "message": _first_line(r["message"], 200) if r else "not in this run"})
-        states = {r["status"] for r in rows}
-        if "failed" in states:
-            status = "Not Implemented"
-        elif states == {"passed"}:
-            status = "Implemented"
-        elif states & {"passed", "partial"}:
-            status = "Partially Implemented"
-        else:
-            status = "N/A"
-        shown = [r["evidence"] for r in rows if r["status"] in ("passed", "partial") and r["evidence"]]
-        notes = "; ".join(f"{r['id']} ({r['part']}): {r['status']}"
-                          + (f", {r['evidence']}" if r["evidence"] else "")
-                          + (f": {r['message']}" if r["message"] and r["status"] != "passed" else "") for r in rows)
-        out.append({"id": ai_id, "category": spec["category"], "description": spec["description"],
-                    "level": spec["level"], "status": status,
-                    "evidenceLevel": min(shown, key=verdicts.LEVELS.index) if shown else None,
-                    "evidence": [f"report.html#req-{r['id']}" for r in rows if r["status"] in verdicts.STATUSES],
-                    "notes": notes, "rows": rows})
+    for category, levels in AI_CONFORMANCE["checklists"][checklist or AI_CONFORMANCE["checklist"]].items():
+        for ai_id, level in levels.items():
+            spec = AI_CONFORMANCE["requirements"].get(ai_id)
+            out.append(_ai_item(data, ai_id, spec) if spec else
+                       {"id": ai_id, "category": category, "description": "", "level": level, "status": "",
+                        "evidenceLevel": None, "evidence": [], "notes": UNMAPPED, "rows": []})
     return out
+
+
+def _ai_item(data: dict, ai_id: str, spec: dict) -> dict:
+    """One requirement our rows show (see ai_conformance)."""
+    rows = []
+    for rid, part in spec["rows"].items():
+        r = data["requirements"].get(rid)
+        part, unchecked = (part["part"], part.get("unchecked")) if isinstance(part, dict) else (part, None)
+        if unchecked:
+            rows.append({"id": rid, "part": part, "status": "not checked", "evidence": None, "message": unchecked})
+            continue
+        rows.append({"id": rid, "part": part, "status": r["status"] if r else "not run",
+                     "evidence": r["evidence"] if r else None,
+                     "message": _first_line(r["message"], 200) if r else "not in this run"})
+    states = {r["status"] for r in rows}
+    shown = [r["evidence"] for r in rows if r["status"] in ("passed", "partial") and r["evidence"]]
+    weakest = min(shown, key=verdicts.LEVELS.index) if shown else None
+    below_real = ""
+    if "failed" in states:
+        status = "Not Implemented"
+    elif states == {"passed"} and weakest == "real":
+        status = "Implemented"
+    elif states & {"passed", "partial"}:
+        status = "Partially Implemented"
+        if states == {"passed"}:
+            below_real = f"every row passed, shown {weakest} only (Implemented needs real pods); "
+    else:
+        status = "N/A"
+    notes = below_real + "; ".join(f"{r['id']} ({r['part']}): {r['status']}"
+                                   + (f", {r['evidence']}" if r["evidence"] else "")
+                                   + (f": {r['message']}" if r["message"] and r["status"] != "passed" else "")
+                                   for r in rows)
+    return {"id": ai_id, "category": spec["category"], "description": spec["description"], "level": spec["level"],
+            "status": status, "evidenceLevel": weakest,
+            "evidence": [f"file://{name}#{anchor}{r['id']}" for r in rows if r["status"] in verdicts.STATUSES
+                         for name, anchor in (("junit.xml", ""), ("report.html", "req-"))],
+            "notes": notes, "rows": rows}
 
 
 def _ai_yaml(data: dict) -> str:
@@ -318,10 +339,11 @@ def _ai_yaml(data: dict) -> str:
     doc = {"metadata": {"kubernetesVersion": ".".join(version.split(".")[:2]) or None,
                         "platformVersion": version or None, "apiServer": c.get("server"),
                         "context": c.get("context")},
-           "mpiplat": {"checklist": AI_CONFORMANCE["checklist"], "run": m.get("run_id"), "started": m.get("started"),
+           "mpiplat": {"checklist": data["ai_checklist"], "run": m.get("run_id"), "started": m.get("started"),
                        "profile": m.get("profile"), "report": "report.html"},
            "spec": spec}
-    head = ("# Kubernetes AI Conformance evidence (PRODUCT.yaml style) from one mpiplat conformance run.\n"
+    head = (f"# Kubernetes AI Conformance evidence (PRODUCT.yaml style) from one mpiplat conformance run, answering\n"
+            f"# the {data['ai_checklist']} checklist (mpiplat.checklist); evidence points at junit.xml's testcases.\n"
             "# status: from the verdicts of the rows in mpiplatRows; evidenceLevel: the weakest level those rows\n"
             "# showed (real > simulated > objects). The vendor fields of a PRODUCT.yaml (platformName, vendorName,\n"
             "# websiteUrl, ...) are the platform owner's to add.\n")

@@ -11,8 +11,9 @@ A test's status is pytest's outcome, except that a passed test which checked les
 
 Evidence levels, weakest first (REQUIREMENTS.md, "Verdicts"): `objects` (API objects and the API server's
 answers; no pod ran), `simulated` (pods on KWOK nodes), `real` (real pods and network). A test's level is
-the strongest placement the suite handed it (placement.level), `objects` when it placed no pod, lowered
-to what the test declares it judged (Evidence.at_most), raised to what it exercised itself
+the strongest its pods showed where they really ran (Evidence.ran: the nodes its namespaces' pods were bound
+to, placement.ran_on; what the suite asked for, Evidence.placed, is only reported), `objects` when none ran,
+lowered to what the test declares it judged (Evidence.at_most), raised to what it exercised itself
 (Evidence.showed: a live Prometheus). A requirement's level is the strongest its passed and partial tests showed; where
 none did, that of its failed tests; none when all skipped.
 """
@@ -28,10 +29,12 @@ LEVELS = ("objects", "simulated", "real")
 
 @dataclass
 class Evidence:
-    """What one running test showed. The suite's placement fixtures add what they hand out; the test may
-    lower its level or mark itself partial through the `evidence` fixture."""
+    """What one running test showed. The suite's placement fixtures add what they hand out (placed), the
+    plugin what its pods ran on when it ends (ran); the test may lower its level or mark itself partial
+    through the `evidence` fixture."""
 
     placed: set[str] = field(default_factory=set)
+    ran: set[str] = field(default_factory=set)
     cap: str | None = None
     cap_reason: str = ""
     partial_reasons: list[str] = field(default_factory=list)
@@ -40,6 +43,12 @@ class Evidence:
     def placed_pods(self, level: str) -> None:
         _check(level)
         self.placed.add(level)
+
+    def ran_on(self, levels: Iterable[str]) -> None:
+        """The levels of the nodes the test's pods were bound to (placement.ran_on)."""
+        for level in levels:
+            _check(level)
+            self.ran.add(level)
 
     def showed(self, level: str) -> None:
         """The test itself exercised a live system at `level` other than through its pods (e.g. a Prometheus
@@ -59,8 +68,8 @@ class Evidence:
 
     @property
     def level(self) -> str:
-        placed = max(self.placed, key=LEVELS.index, default="objects")
-        capped = min(placed, self.cap, key=LEVELS.index) if self.cap else placed
+        ran = max(self.ran, key=LEVELS.index, default="objects")
+        capped = min(ran, self.cap, key=LEVELS.index) if self.cap else ran
         return max([capped, *self.shown], key=LEVELS.index)
 
     def outcome(self, pytest_outcome: str) -> dict:
@@ -70,8 +79,22 @@ class Evidence:
         return {"status": "partial" if partial else pytest_outcome,
                 "evidence": self.level if ran else None,
                 "placed": sorted(self.placed, key=LEVELS.index),
-                "evidence_note": self.cap_reason if ran and self.cap and self.cap == self.level else "",
+                "ran": sorted(self.ran, key=LEVELS.index),
+                "evidence_note": self._note() if ran else "",
                 "partial": list(self.partial_reasons) if partial else []}
+
+
+    def _note(self) -> str:
+        """Why the level is below what the test's pods could show: its own cap, or pods that did not run where
+        the suite placed them."""
+        level = self.level
+        if self.cap and self.cap == level:
+            return self.cap_reason
+        placed = max(self.placed, key=LEVELS.index, default="objects")
+        if LEVELS.index(placed) > LEVELS.index(level) and not self.shown:
+            return (f"its pods were placed to run {placed}, but " +
+                    (f"ran {'/'.join(sorted(self.ran, key=LEVELS.index))} only" if self.ran else "none ran"))
+        return ""
 
 
 def _check(level: str) -> None:

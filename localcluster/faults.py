@@ -233,11 +233,13 @@ class ControllerStopped(Fault):
 
 @dataclass
 class KueueConfigured(Fault):
-    """Kueue restarted with its local configuration less `drop` (dotted keys), a framework or feature gates."""
+    """Kueue restarted with its local configuration less `drop` (dotted keys) or a framework, or with feature
+    gates turned off or on."""
 
     drop: tuple[str, ...] = ()
     framework_off: str = ""
     gates_off: tuple[str, ...] = ()
+    gates_on: tuple[str, ...] = ()
 
     def config(self) -> dict:
         ctl = processes.controller("kueue")
@@ -255,6 +257,8 @@ class KueueConfigured(Fault):
             frameworks.remove(self.framework_off)
         for gate in self.gates_off:
             conf.setdefault("featureGates", {})[gate] = False
+        for gate in self.gates_on:
+            conf.setdefault("featureGates", {})[gate] = True
         return conf
 
     def apply(self) -> None:
@@ -603,8 +607,13 @@ def matrix() -> list[Fault]:
                  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                                "name": "team-a-scientists"}]}),
         KueueConfigured(
-            "kueue-no-waitforpodsready", "Kueue restarted without waitForPodsReady in its configuration",
-            {"SCH-05": ("waitForPodsReady",)}, drop=("waitForPodsReady",), wait_scale=0.1),
+            "kueue-no-waitforpodsready", "Kueue restarted with waitForPodsReady off (feature gate "
+            "DisableWaitForPodsReady; since v0.19 it is on unless configured or gated off)",
+            {"SCH-05": ("no PodsReady condition", "waitForPodsReady is off")}, gates_on=("DisableWaitForPodsReady",)),
+        KueueConfigured(
+            "kueue-default-pods-ready-timeout", "Kueue restarted without the waitForPodsReady settings of its "
+            "configuration: its default timeout, 30 min, instead of the local 60 s; the suite waits past 60 s",
+            {"SCH-05": ("not evicted within",)}, drop=("waitForPodsReady",)),
         KueueConfigured(
             "kueue-no-fairsharing", "Kueue restarted without fairSharing in its configuration",
             {"SCH-07": ("fairSharing is not enabled",)}, drop=("fairSharing",), wait_scale=0.25),

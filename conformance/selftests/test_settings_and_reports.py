@@ -155,7 +155,9 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
 
     ai = yaml.safe_load((tmp_path / "ai-conformance.yaml").read_text())
     assert ai["metadata"]["kubernetesVersion"] == "v1.34"
-    [gang] = ai["spec"]["schedulingOrchestration"]
+    gang = ai["spec"]["schedulingOrchestration"][0]
+    assert [i["id"] for i in ai["spec"]["schedulingOrchestration"]] == [
+        "gang_scheduling", "cluster_autoscaling", "pod_autoscaling"]
     assert gang["id"] == "gang_scheduling" and gang["level"] == "MUST" and gang["status"] == "N/A"
     assert [r["status"] for r in gang["mpiplatRows"]] == ["not run"] * 3
 

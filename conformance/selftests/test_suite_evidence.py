@@ -1,7 +1,9 @@
-"""The suite's plugin (conformance/suite/conftest.py) end to end, on tests of its own and no cluster: the
-placement fixtures record each test's evidence level, a test may lower it or mark itself partial, a
-read-only test shows objects, timeouts come from the settings, and the run writes its reports and one
-handover tarball. The cluster's fixtures are replaced by a KWOK-and-real cluster that is never called."""
+"""The suite's plugin (conformance/suite/conftest.py) end to end, on tests of its own and no cluster: each
+test's evidence level is where its pods ran (not where the placement fixtures put them), a test may lower
+it or mark itself partial, a read-only test shows objects, timeouts come from the settings, and the run
+writes its reports and one handover tarball. The cluster's fixtures are replaced by a KWOK-and-real
+cluster that is never called; where the fake tests' pods "ran" is what each writes to request.node.ran
+(placement.ran_on, which reads it from a cluster, has its own test in test_observed.py)."""
 
 from __future__ import annotations
 
@@ -36,22 +38,41 @@ def kube():
 def capabilities():
     return Capabilities(simulated=True, gpus=False, pod_network=False, kwok_nodes=True)
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _observe(pytestconfig):
+    pytestconfig._mpiplat_observe = lambda item: getattr(item, "ran", set())
+
 '''
 
 TESTS = HEADER + '''
 @pytest.mark.requirement("JOB-01")
-def test_on_kwok_nodes(mpijob_spec):
+def test_on_kwok_nodes(mpijob_spec, request):
     mpijob_spec("a", "ns")
+    request.node.ran = {"simulated"}
+
+
+@pytest.mark.requirement("JOB-01")
+def test_placed_real_but_ran_on_kwok(mpijob_spec, request):
+    mpijob_spec("b", "ns", real=True)
+    request.node.ran = {"simulated"}
+
+
+@pytest.mark.requirement("ISO-04")
+def test_refused_so_no_pod_ran(mpijob_spec):
+    mpijob_spec("refused", "ns")
 
 
 @pytest.mark.requirement("JOB-04")
-def test_on_a_real_node(trainjob_spec):
+def test_on_a_real_node(trainjob_spec, request):
     trainjob_spec("t", "ns", real=True)
+    request.node.ran = {"real"}
 
 
 @pytest.mark.requirement("ISO-03")
-def test_policies_only(mpijob_spec, evidence):
+def test_policies_only(mpijob_spec, evidence, request):
     mpijob_spec("np", "ns")
+    request.node.ran = {"simulated"}
     evidence.at_most("objects", "the policies exist and select the job's pods")
 
 
@@ -67,8 +88,9 @@ def test_dry_run_only(mpijob_spec):
 
 
 @pytest.mark.requirement("SCH-03")
-def test_checks_less(place, evidence):
+def test_checks_less(place, evidence, request):
     place()
+    request.node.ran = {"simulated"}
     evidence.partial("checks borrowing only")
 
 
@@ -82,8 +104,9 @@ def test_timeout_from_the_settings(request, settings):
 
 
 @pytest.mark.requirement("FAIL-01")
-def test_fails(place):
+def test_fails(place, request):
     place()
+    request.node.ran = {"simulated"}
     request_the_impossible = False
     assert request_the_impossible, "the job did not fail"
 '''
@@ -120,6 +143,8 @@ def test_each_test_records_what_it_showed(ran):
     shown = {name: (t["status"], t["evidence"]) for name, t in tests.items()}
     assert shown == {
         "test_on_kwok_nodes": ("passed", "simulated"),
+        "test_placed_real_but_ran_on_kwok": ("passed", "simulated"),
+        "test_refused_so_no_pod_ran": ("passed", "objects"),
         "test_on_a_real_node": ("passed", "real"),
         "test_policies_only": ("passed", "objects"),
         "test_enforced": ("skipped", None),
@@ -128,7 +153,10 @@ def test_each_test_records_what_it_showed(ran):
         "test_timeout_from_the_settings": ("passed", "objects"),
         "test_fails": ("failed", "simulated"),
     }
-    assert tests["test_policies_only"]["placed"] == ["simulated"]
+    assert tests["test_policies_only"]["placed"] == tests["test_policies_only"]["ran"] == ["simulated"]
+    assert tests["test_placed_real_but_ran_on_kwok"]["evidence_note"] == \
+        "its pods were placed to run real, but ran simulated only"
+    assert tests["test_refused_so_no_pod_ran"]["evidence_note"] == "its pods were placed to run simulated, but none ran"
     assert tests["test_policies_only"]["evidence_note"] == "the policies exist and select the job's pods"
     assert tests["test_checks_less"]["message"] == "checks borrowing only"
 
@@ -138,7 +166,7 @@ def test_requirements_get_their_verdicts_and_the_terminal_says_so(ran):
     results = json.loads((out / "results.json").read_text())
     verdict = {rid: (r["status"], r["evidence"]) for rid, r in results["requirements"].items()
                if r["status"] != "not run"}
-    assert verdict == {"JOB-01": ("passed", "simulated"), "JOB-04": ("passed", "real"),
+    assert verdict == {"JOB-01": ("passed", "simulated"), "JOB-04": ("passed", "real"), "ISO-04": ("passed", "objects"),
                        "ISO-03": ("partial", "objects"), "INS-03": ("passed", "objects"),
                        "SCH-03": ("partial", "simulated"), "SCALE-01": ("partial", "objects"),
                        "FAIL-01": ("failed", "simulated")}
@@ -148,8 +176,8 @@ def test_requirements_get_their_verdicts_and_the_terminal_says_so(ran):
     assert any(line.split()[:3] == ["SCH-03", "PARTIAL", "simulated"] and "test_checks_less" in line for line in lines)
     assert any(line.split()[:3] == ["ISO-03", "PARTIAL", "objects"] for line in lines)
     assert "  threshold looser than the catalog's: scale_namespaces 2, catalog 4 (SCALE-01)" in lines
-    not_run = len(catalog.REQUIREMENTS) - 7
-    assert f"requirements: 3 passed, 3 partial, 1 failed, 0 skipped, {not_run} not run" in proc.stdout
+    not_run = len(catalog.REQUIREMENTS) - 8
+    assert f"requirements: 4 passed, 3 partial, 1 failed, 0 skipped, {not_run} not run" in proc.stdout
     # Every other catalog row is listed, with why: the fake suite has no test of it, or its profile skips it.
     assert set(results["requirements"]) == set(catalog.REQUIREMENTS)
     assert results["requirements"]["PERF-01"]["message"] == "not run: profile cluster (the row's where: gpu)"

@@ -23,13 +23,27 @@ def _test(name: str, status: str, evidence: str | None = None, message: str = ""
 
 # ---------------------------------------------------------------- one test's evidence
 
-def test_a_test_shows_the_strongest_placement_it_was_handed():
+def test_a_test_shows_where_its_pods_ran_not_where_they_were_placed():
     e = Evidence()
     assert e.level == "objects"  # no pod placed
-    e.placed_pods(placement.level(real=False, kwok_nodes=True))
-    assert e.level == "simulated"
     e.placed_pods(placement.level(real=True, kwok_nodes=True))
-    assert e.level == "real" and e.outcome("passed")["placed"] == ["simulated", "real"]
+    assert e.level == "objects"  # placed, none ran: a refused job, say
+    assert e.outcome("passed")["evidence_note"] == "its pods were placed to run real, but none ran"
+    e.ran_on({"simulated"})
+    assert e.level == "simulated"
+    assert e.outcome("passed")["evidence_note"] == "its pods were placed to run real, but ran simulated only"
+    e.ran_on({"real"})
+    assert e.level == "real" and e.outcome("passed")["evidence_note"] == ""
+    assert (e.outcome("passed")["placed"], e.outcome("passed")["ran"]) == (["real"], ["simulated", "real"])
+    with pytest.raises(ValueError, match="evidence level 'kwok'"):
+        e.ran_on({"kwok"})
+
+
+def test_the_scheduler_event_names_the_node_of_a_pod_gone_since():
+    found = placement.SCHEDULED.match("Successfully assigned mpiplat-1-0/big-worker-0 to kwok-node-3")
+    assert found and (found["namespace"], found["pod"], found["node"]) == ("mpiplat-1-0", "big-worker-0",
+                                                                           "kwok-node-3")
+    assert not placement.SCHEDULED.match("0/3 nodes are available: 3 Insufficient cpu.")
 
 
 def test_without_kwok_nodes_every_placed_pod_is_real():
@@ -41,6 +55,7 @@ def test_without_kwok_nodes_every_placed_pod_is_real():
 def test_a_test_may_lower_its_level_but_never_raise_it():
     e = Evidence()
     e.placed_pods("real")
+    e.ran_on({"real"})
     e.at_most("objects", "read the policies only")
     assert e.level == "objects"
     assert e.outcome("passed")["evidence_note"] == "read the policies only"
@@ -103,6 +118,7 @@ def test_a_simulated_run_reports_iso03_as_objects_never_real():
     probe needs real pods and skips: ISO-03 is partial, shown by objects."""
     objects_check = Evidence()
     objects_check.placed_pods(placement.level(real=False, kwok_nodes=True))
+    objects_check.ran_on({"simulated"})
     objects_check.at_most("objects", "the policies exist and select the job's pods; no traffic was tried")
     outcomes = [{"requirement": "ISO-03", "name": "policies", "duration_s": 1, "message": "", "diagnosis": "",
                  **objects_check.outcome("passed")},
@@ -113,6 +129,7 @@ def test_a_simulated_run_reports_iso03_as_objects_never_real():
     # On a cluster whose real pods proved enforcement, the row is shown for real.
     probe = Evidence()
     probe.placed_pods(placement.level(real=True, kwok_nodes=True))
+    probe.ran_on({"real"})
     outcomes[1] = {**outcomes[1], "message": "", **probe.outcome("passed")}
     iso03 = verdicts.aggregate(outcomes)["ISO-03"]
     assert (iso03["status"], iso03["evidence"]) == ("passed", "real")
@@ -225,20 +242,44 @@ def test_the_catalog_maps_every_ai_conformance_requirement_of_requirements_md():
     assert list(reqs["gang_scheduling"]["rows"]) == ["SCH-01", "SCH-02", "SCH-05"]
     for spec in reqs.values():
         assert set(spec["rows"]) <= set(catalog.REQUIREMENTS)
+    # Each published checklist kept names every requirement we map, in the same category at the same level.
+    checklists = catalog.AI_CONFORMANCE["checklists"]
+    assert catalog.AI_CONFORMANCE["checklist"] == max(checklists, key=lambda v: tuple(map(int, v[1:].split("."))))
+    for version, categories in checklists.items():
+        for ai_id, spec in reqs.items():
+            assert categories[spec["category"]][ai_id] == spec["level"], (version, ai_id)
+    assert "dra_support" in checklists["v1.35"]["accelerators"]
+    assert "dra_support" not in checklists["v1.37"]["accelerators"]  # dropped in v1.36
 
 
-def _ai(statuses: dict[str, tuple[str, str | None]]) -> dict[str, dict]:
+def _ai(statuses: dict[str, tuple[str, str | None]], checklist: str | None = None) -> dict[str, dict]:
     reqs = {rid: {"status": s, "evidence": e, "message": "" if s == "passed" else f"{rid} {s}"}
             for rid, (s, e) in statuses.items()}
-    return {item["id"]: item for item in report.ai_conformance({"requirements": reqs})}
+    return {item["id"]: item for item in report.ai_conformance({"requirements": reqs}, checklist)}
+
+
+def test_the_newest_checklist_is_answered_unless_another_is_picked():
+    """Every requirement of the chosen checklist is listed, in its order; those no row of ours shows are
+    left to the platform owner, never marked N/A."""
+    newest, old = _ai({}), _ai({}, "v1.35")
+    assert list(newest) == [i for c in catalog.AI_CONFORMANCE["checklists"]["v1.37"].values() for i in c]
+    assert "workload_sandboxing" in newest and "dra_support" not in newest
+    assert "dra_support" in old and "workload_sandboxing" not in old
+    assert (newest["workload_sandboxing"]["status"], newest["workload_sandboxing"]["notes"]) == ("", report.UNMAPPED)
+    assert old["dra_support"]["level"] == "MUST" and old["dra_support"]["status"] == ""
 
 
 def test_ai_conformance_status_follows_the_rows_verdicts():
     found = _ai({"SCH-01": ("passed", "simulated"), "SCH-02": ("passed", "real"), "SCH-05": ("passed", "simulated"),
                  "INS-01": ("passed", "objects"), "INS-03": ("failed", "objects"), "JOB-04": ("passed", "real"),
                  "INS-04": ("partial", "objects"), "ISO-01": ("passed", "objects")})
-    assert found["gang_scheduling"]["status"] == "Implemented"
+    # Every row passed, but not all with real pods: not Implemented, and the notes say what was shown.
+    assert found["gang_scheduling"]["status"] == "Partially Implemented"
     assert found["gang_scheduling"]["evidenceLevel"] == "simulated"  # the weakest of its rows
+    assert found["gang_scheduling"]["notes"].startswith(
+        "every row passed, shown simulated only (Implemented needs real pods); SCH-01 (")
+    real = _ai({rid: ("passed", "real") for rid in ("SCH-01", "SCH-02", "SCH-05")})
+    assert real["gang_scheduling"]["status"] == "Implemented" and real["gang_scheduling"]["evidenceLevel"] == "real"
     assert found["robust_controller"]["status"] == "Not Implemented"
     assert found["secure_accelerator_access"]["status"] == "Partially Implemented"  # ISO-02 not run
     assert "ISO-02 (no API token in job pods): not run" in found["secure_accelerator_access"]["notes"]
@@ -246,6 +287,8 @@ def test_ai_conformance_status_follows_the_rows_verdicts():
     assert found["accelerator_metrics"]["status"] == "N/A"
     assert found["accelerator_metrics"]["evidence"] == []
     assert "not checked" in found["accelerator_metrics"]["notes"]
+    # Each row's evidence points at its testcase in junit.xml (v1.37's automated-test evidence) and its section.
+    assert found["robust_controller"]["evidence"][:2] == ["file://junit.xml#INS-01", "file://report.html#req-INS-01"]
     none = _ai({"INS-04": ("skipped", None)})
     assert none["driver_runtime_management"]["status"] == "N/A"
     assert none["driver_runtime_management"]["evidenceLevel"] is None
@@ -258,5 +301,7 @@ def test_results_json_carries_the_verdicts(tmp_path):
     assert results["requirements"]["SCH-01"]["evidence"] == "simulated"
     assert results["by_evidence"]["simulated"]["passed"] == 1
     assert {i["id"]: i["status"] for i in results["ai_conformance"]}["gang_scheduling"] == "Partially Implemented"
+    assert results["ai_checklist"] == catalog.AI_CONFORMANCE["checklist"]
+    assert "answering\n# the v1.37 checklist" in (tmp_path / "ai-conformance.yaml").read_text()
     assert data["files"] == ["results.json", "junit.xml", "report.md", "report.html", "checklist.md",
                              "ai-conformance.yaml"]

@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import catalog, handover, report, snapshot, watch
-from mpiplat.conformance.placement import Placement, placement
+from mpiplat.conformance.placement import Placement, placement, ran_on
 from mpiplat.conformance.placement import level as placement_level
 from mpiplat.conformance.prometheus import Prometheus
 from mpiplat.conformance.run import RUN_LABEL, Run
@@ -46,6 +48,9 @@ def pytest_addoption(parser):
                 help="once a test of a requirement failed, skip its other tests (the row is failed either way)")
     g.addoption("--keep", action="store_true", help="keep the run's namespaces for debugging")
     g.addoption("--report-dir", default="reports/conformance", help="where reports go")
+    g.addoption("--ai-checklist", default=catalog.AI_CONFORMANCE["checklist"],
+                choices=sorted(catalog.AI_CONFORMANCE["checklists"]),
+                help="the Kubernetes AI Conformance checklist ai-conformance.yaml answers (default the newest)")
     g.addoption("--capability", action="append", default=[], metavar="NAME=BOOL",
                 help=f"override a detected capability ({', '.join(caps.NAMES)})")
 
@@ -181,8 +186,8 @@ def place(pytestconfig, settings, capabilities):
     """place(real=False, node_selector=None, tolerations=()) -> Placement: where a job's pods go
     (mpiplat.conformance.placement): the settings' node selector and tolerations with a test's own
     merged in; unless `real`, on the cluster's KWOK nodes where it has any. Pods the suite makes
-    itself get it through placement.pod_spec. Each placement handed out counts for the running test's
-    evidence level (real, or simulated on KWOK nodes)."""
+    itself get it through placement.pod_spec. Each placement handed out is reported in the running test's
+    evidence as `placed`; its level comes from where the pods ran (_observe)."""
 
     def _place(*, real: bool = False, node_selector: dict[str, str] | None = None,
                tolerations: list[dict] | tuple = ()) -> Placement:
@@ -271,6 +276,22 @@ def _read_only(*_args, **_kwargs):
     raise RuntimeError("the preflight profile is read-only: this test may not create namespaces")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _observe(pytestconfig):
+    """How a test's evidence learns where its pods ran, called as it ends: placement.ran_on over the
+    namespaces the test created. Where the API cannot say, its pods showed nothing."""
+
+    def observe(item) -> set[str]:
+        run, kube = getattr(item.config, "_mpiplat_run", None), getattr(item.config, "_mpiplat_kube", None)
+        names = run.namespaces[getattr(item, "_mpiplat_namespaces_from", 0):] if run else []
+        try:
+            return ran_on(kube, names) if kube and names else set()
+        except (ApiException, OSError, urllib3.exceptions.HTTPError):
+            return set()
+
+    pytestconfig._mpiplat_observe = observe
+
+
 @pytest.fixture
 def evidence(request) -> Evidence:
     """This test's evidence (mpiplat.conformance.verdicts.Evidence). The placement fixtures fill in what
@@ -318,6 +339,9 @@ def pytest_runtest_makereport(item, call):
     elif rep.outcome == "failed":
         message = str(getattr(rep.longrepr, "reprcrash", None) and rep.longrepr.reprcrash.message or rep.longrepr)
     shown = getattr(item, "_mpiplat_evidence", None) or Evidence()
+    observe = getattr(item.config, "_mpiplat_observe", None)
+    if observe and rep.outcome != "skipped":
+        shown.ran_on(observe(item))
     outcome = {"requirement": req[0], "name": item.name, "duration_s": rep.duration, "message": message,
                "diagnosis": getattr(item, "_mpiplat_diagnosis", ""), **shown.outcome(rep.outcome)}
     if outcome["status"] == "partial":
@@ -377,6 +401,7 @@ def pytest_sessionfinish(session, exitstatus):
             "cluster": getattr(config, "_mpiplat_cluster", {}), "settings": settings.source,
             "capabilities": getattr(config, "_mpiplat_capabilities", {}), "thresholds": settings.thresholds,
             "wait_scale": settings.timeouts["wait_scale"], "differing": catalog.differing(settings.thresholds),
+            "ai_checklist": config.getoption("--ai-checklist"),
             "duration_s": time.monotonic() - config._mpiplat_started,
             "handover": f"{handover.name(run.id if run else None)}.tar.gz"}
     out = Path(config.getoption("--report-dir"))

@@ -505,8 +505,10 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
     Kueue's waitForPodsReady timeout passes (Workload condition Evicted, reason PodsReadyTimeout), its pods
     are removed, and it is requeued and admitted again after the backoff (QuotaReserved again, later than
     the eviction, and the job resumed). Both waits are settings thresholds.pods_ready_timeout_s.
-    Fails on a cluster whose Kueue has no waitForPodsReady (the job keeps its quota forever), or that never
-    admits an evicted job again (e.g. requeuingStrategy backoffLimitCount 0 deactivates it)."""
+    Fails on a cluster whose Kueue has no waitForPodsReady: Kueue then gives the admitted job's Workload no
+    PodsReady condition (it sets one, False until the pods are ready, only with waitForPodsReady on), which
+    shows at once, and the job would keep its quota forever; or that never admits an evicted job again (e.g.
+    requeuingStrategy backoffLimitCount 0 deactivates it)."""
     team = _team(settings)
     ns = run.namespace(team)
     timeout = waited(settings.thresholds["pods_ready_timeout_s"])
@@ -516,6 +518,13 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
         name = _admitted(kube, ns, "stuck")["metadata"]["name"]
         start = time.monotonic()
         first = wait_pods(kube, ns, f"{JOB_LABEL}=stuck,{ROLE_LABEL}=worker", lambda pods: len(pods) >= 2, timeout=60)
+        try:
+            kube.wait_for(WORKLOAD, name, ns, lambda w: condition(w, "PodsReady") is not None, timeout=waited(30),
+                          what="a PodsReady condition")
+        except TimeoutError:
+            pytest.fail(f"the admitted job's Workload {name} has no PodsReady condition {waited(30):.0f}s after its "
+                        "pods were created: Kueue's waitForPodsReady is off, so a job whose pods never become "
+                        "ready keeps its quota")
         try:
             evicted = kube.wait_for(WORKLOAD, name, ns, lambda w: (condition(w, "Evicted") or {}).get("reason")
                                     == "PodsReadyTimeout" and has_condition(w, "Evicted"), timeout=timeout,

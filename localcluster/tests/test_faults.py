@@ -95,5 +95,7 @@ def test_the_kueue_faults_drop_what_they_say_from_the_local_configuration(monkey
                         lambda ctl, pki: {"waitForPodsReady": {"enable": True}, "integrations": {
                             "frameworks": ["kubeflow.org/mpijob", "trainer.kubeflow.org/trainjob"]}})
     by_name = {f.name: f for f in faults.matrix()}
-    assert "waitForPodsReady" not in by_name["kueue-no-waitforpodsready"].config()
+    assert "waitForPodsReady" not in by_name["kueue-default-pods-ready-timeout"].config()
+    off = by_name["kueue-no-waitforpodsready"].config()
+    assert off["featureGates"] == {"DisableWaitForPodsReady": True} and off["waitForPodsReady"] == {"enable": True}
     assert by_name["kueue-no-mpijob"].config()["integrations"]["frameworks"] == ["trainer.kubeflow.org/trainjob"]

@@ -121,7 +121,8 @@ def _conformance(args) -> int:
     _kube(argparse.Namespace(local=False, kubeconfig=kubeconfig, context=args.context)).identity()
     suite = resources.files("mpiplat.conformance") / "suite"
     argv = [str(suite), "-p", "no:cacheprovider", "-q", "-o", "console_output_style=classic",
-            f"--profile={args.profile}", f"--report-dir={args.report_dir}", "--rootdir", str(suite)]
+            f"--profile={args.profile}", f"--report-dir={args.report_dir}", f"--ai-checklist={args.ai_checklist}",
+            "--rootdir", str(suite)]
     for flag, value in (("kubeconfig", kubeconfig), ("context", args.context), ("settings", args.settings),
                         ("only", args.only)):
         if value:
@@ -216,6 +217,8 @@ def parser() -> argparse.ArgumentParser:
     bd.add_argument("--json", action="store_true", help="with --verify: print the result as JSON")
     bd.set_defaults(func=_bundle)
 
+    from mpiplat.conformance.catalog import AI_CONFORMANCE
+
     cf = sub.add_parser("conformance", help="the conformance suite")
     cfsub = cf.add_subparsers(dest="action", required=True)
     cr = cfsub.add_parser("run", help="run the suite against a cluster and write its reports")
@@ -227,6 +230,8 @@ def parser() -> argparse.ArgumentParser:
     cr.add_argument("--fail-fast-rows", action="store_true",
                     help="once a test of a requirement failed, skip its other tests (the row is failed either way)")
     cr.add_argument("--report-dir", default="reports/conformance")
+    cr.add_argument("--ai-checklist", choices=sorted(AI_CONFORMANCE["checklists"]), default=AI_CONFORMANCE["checklist"],
+                    help="the Kubernetes AI Conformance checklist ai-conformance.yaml answers (default the newest)")
     cr.add_argument("--capability", action="append", default=[], metavar="NAME=BOOL")
     cr.add_argument("--json", action="store_true", help="print results.json on stdout (progress goes to stderr)")
     cr.set_defaults(func=_conformance)
