@@ -83,7 +83,6 @@ class Evidence:
                 "evidence_note": self._note() if ran else "",
                 "partial": list(self.partial_reasons) if partial else []}
 
-
     def _note(self) -> str:
         """Why the level is below what the test's pods could show: its own cap, or pods that did not run where
         the suite placed them."""

@@ -238,8 +238,7 @@ class KueueConfigured(Fault):
 
     drop: tuple[str, ...] = ()
     framework_off: str = ""
-    gates_off: tuple[str, ...] = ()
-    gates_on: tuple[str, ...] = ()
+    gates: dict[str, bool] = field(default_factory=dict)  # feature gate -> on or off
 
     def config(self) -> dict:
         ctl = processes.controller("kueue")
@@ -255,10 +254,8 @@ class KueueConfigured(Fault):
         if self.framework_off:
             frameworks = conf["integrations"]["frameworks"]
             frameworks.remove(self.framework_off)
-        for gate in self.gates_off:
-            conf.setdefault("featureGates", {})[gate] = False
-        for gate in self.gates_on:
-            conf.setdefault("featureGates", {})[gate] = True
+        if self.gates:
+            conf.setdefault("featureGates", {}).update(self.gates)
         return conf
 
     def apply(self) -> None:
@@ -609,7 +606,7 @@ def matrix() -> list[Fault]:
         KueueConfigured(
             "kueue-no-waitforpodsready", "Kueue restarted with waitForPodsReady off (feature gate "
             "DisableWaitForPodsReady; since v0.19 it is on unless configured or gated off)",
-            {"SCH-05": ("no PodsReady condition", "waitForPodsReady is off")}, gates_on=("DisableWaitForPodsReady",)),
+            {"SCH-05": ("no PodsReady condition", "waitForPodsReady is off")}, gates={"DisableWaitForPodsReady": True}),
         KueueConfigured(
             "kueue-default-pods-ready-timeout", "Kueue restarted without the waitForPodsReady settings of its "
             "configuration: its default timeout, 30 min, instead of the local 60 s; the suite waits past 60 s",
@@ -619,7 +616,7 @@ def matrix() -> list[Fault]:
             {"SCH-07": ("fairSharing is not enabled",)}, drop=("fairSharing",), wait_scale=0.25),
         KueueConfigured(
             "kueue-no-tas", "Kueue restarted with Topology Aware Scheduling off (feature gate TopologyAwareScheduling)",
-            {"SCH-06": ("Topology Aware Scheduling",)}, gates_off=KUEUE_TAS_GATES),
+            {"SCH-06": ("Topology Aware Scheduling",)}, gates=dict.fromkeys(KUEUE_TAS_GATES, False)),
         KueueConfigured(
             "kueue-no-mpijob", "Kueue restarted without the kubeflow.org/mpijob integration",
             {"INS-03": ("kubeflow.org/mpijob",)}, framework_off="kubeflow.org/mpijob"),

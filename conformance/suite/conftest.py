@@ -276,14 +276,19 @@ def _read_only(*_args, **_kwargs):
     raise RuntimeError("the preflight profile is read-only: this test may not create namespaces")
 
 
+def _test_namespaces(item) -> list[str]:
+    """The namespaces the run created while `item` ran (from its setup on)."""
+    run = getattr(item.config, "_mpiplat_run", None)
+    return run.namespaces[getattr(item, "_mpiplat_namespaces_from", 0):] if run else []
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _observe(pytestconfig):
     """How a test's evidence learns where its pods ran, called as it ends: placement.ran_on over the
     namespaces the test created. Where the API cannot say, its pods showed nothing."""
 
     def observe(item) -> set[str]:
-        run, kube = getattr(item.config, "_mpiplat_run", None), getattr(item.config, "_mpiplat_kube", None)
-        names = run.namespaces[getattr(item, "_mpiplat_namespaces_from", 0):] if run else []
+        kube, names = getattr(item.config, "_mpiplat_kube", None), _test_namespaces(item)
         try:
             return ran_on(kube, names) if kube and names else set()
         except (ApiException, OSError, urllib3.exceptions.HTTPError):
@@ -359,8 +364,7 @@ def _collect_failure(item, outcome: dict) -> None:
     """A failed test's namespaces as the handover keeps them (snapshot.namespace), read now: the run
     deletes them when the module ends."""
     config = item.config
-    run, kube = getattr(config, "_mpiplat_run", None), getattr(config, "_mpiplat_kube", None)
-    names = run.namespaces[getattr(item, "_mpiplat_namespaces_from", 0):] if run else []
+    kube, names = getattr(config, "_mpiplat_kube", None), _test_namespaces(item)
     text = outcome["message"] + (f"\n\ndiagnosis:\n{outcome['diagnosis']}" if outcome["diagnosis"] else "")
     config._mpiplat_failures.append({
         "requirement": outcome["requirement"], "test": item.name, "message": text,

@@ -266,9 +266,10 @@ class ConditionWatch:
     def _note(self, namespace: str, objs: list[dict]) -> None:
         now = time.monotonic()
         for obj in objs:
-            self.first_seen.setdefault((namespace, self.name_of(obj)), now)
+            name = self.name_of(obj)
+            self.first_seen.setdefault((namespace, name), now)
             for ctype in self.conditions:
-                key = (namespace, self.name_of(obj), ctype)
+                key = (namespace, name, ctype)
                 if key not in self.seen and has_condition(obj, ctype):
                     self.seen[key] = now
 
