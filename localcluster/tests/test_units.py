@@ -76,6 +76,11 @@ def test_mpijob_builder_wires_workers_slots_queue_and_gpus():
     assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert worker["resources"]["limits"][jobs.GPU_RESOURCE] == "1"
+    # No CPU limit unless asked: MPI ranks poll, and under a CFS quota they stall.
+    assert worker["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                   "limits": {"memory": "128Mi", jobs.GPU_RESOURCE: "1"}}
+    limited = jobs.mpijob(jobs.MPIJob(name="pi", cpu_limit="2"))["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert limited["template"]["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "2", "memory": "128Mi"}
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert launcher["args"][4:9] == ["mpirun", "--allow-run-as-root", "-np", "6", "--bind-to"]
 

@@ -69,7 +69,7 @@ def _create(args) -> int:
         job = MPIJob(name=args.name, workers=args.workers, slots_per_worker=args.slots, image=args.image,
                      gpus_per_worker=args.gpus, implementation=args.implementation, queue=args.queue,
                      launcher_creation_policy=args.launcher_creation_policy, command=program,
-                     cpu=args.cpu, memory=args.memory, clean_pod_policy=args.clean_pod_policy,
+                     cpu=args.cpu, cpu_limit=args.cpu_limit, memory=args.memory, clean_pod_policy=args.clean_pod_policy,
                      required_topology=args.required_topology)
     if args.namespace and job.namespace and job.namespace != args.namespace:
         args.parser.error(f"the file's namespace {job.namespace!r} differs from -n {args.namespace!r}")
@@ -224,7 +224,9 @@ def add_parser(sub) -> None:
     c.add_argument("--required-topology", metavar="LABEL",
                    help="a level of the queue's Kueue Topology (a node label, e.g. a rack's) whose one value all "
                         "workers share; the job waits until one such domain has room")
-    c.add_argument("--cpu", default="100m", help="CPU per worker")
+    c.add_argument("--cpu", default="100m", help="CPU request per worker")
+    c.add_argument("--cpu-limit", help="CPU limit per worker (default: none, as MPI ranks that poll under a limit "
+                                       "stall)")
     c.add_argument("--memory", default="128Mi", help="memory per worker")
     c.add_argument("--clean-pod-policy", default="Running", choices=CLEAN_POD_POLICIES,
                    help="which pods the operator deletes when the job finishes (None: keep the workers and their logs)")

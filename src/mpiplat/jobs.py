@@ -106,8 +106,11 @@ class MPIJob:
     # A PersistentVolumeClaim mounted at pvc_mount_path in the launcher and every worker.
     pvc: str | None = None
     pvc_mount_path: str = "/data"
-    cpu: str = "100m"
-    memory: str = "128Mi"
+    cpu: str = "100m"  # each worker's request
+    # Each worker's CPU limit; None: none. MPI ranks poll while they wait, so under a limit (CFS quota) they
+    # spend it polling and stall for the rest of each 100 ms period: an 8-byte Allreduce then takes 100 ms.
+    cpu_limit: str | None = None
+    memory: str = "128Mi"  # each worker's request and limit
     queue: str | None = None
     suspend: bool = False
     node_selector: dict[str, str] = field(default_factory=dict)
@@ -429,7 +432,7 @@ def mpijob(spec: MPIJob) -> dict:
     np = spec.workers * spec.slots_per_worker
     security = security_context(spec.run_as_user)
     worker_resources = {"cpu": spec.cpu, "memory": spec.memory}
-    limits = dict(worker_resources)
+    limits = {**({"cpu": spec.cpu_limit} if spec.cpu_limit else {}), "memory": spec.memory}
     if spec.gpus_per_worker:
         limits[spec.gpu_resource] = str(spec.gpus_per_worker)
     program = spec.command
