@@ -14,8 +14,12 @@ answers; no pod ran), `simulated` (pods on KWOK nodes), `real` (real pods and ne
 the strongest its pods showed where they really ran (Evidence.ran: the nodes its namespaces' pods were bound
 to, placement.ran_on; what the suite asked for, Evidence.placed, is only reported), `objects` when none ran,
 lowered to what the test declares it judged (Evidence.at_most), raised to what it exercised itself
-(Evidence.showed: a live Prometheus). A requirement's level is the strongest its passed and partial tests showed; where
-none did, that of its failed tests; none when all skipped.
+(Evidence.showed: a live Prometheus). A test whose pods ran below where it placed them (and that declared no
+lower level) showed less than it needs: it is `partial`, never `passed`.
+A requirement's level is the weakest that its essential passed and partial tests showed: those that need pods
+(placed them, and declared no lower level); a refusal or a read-only check beside them does not lower it. Where
+no such test passed, it is the strongest its passed and partial tests showed; where none did, that of its failed
+tests; none when all skipped.
 """
 
 from __future__ import annotations
@@ -67,6 +71,20 @@ class Evidence:
         self.partial_reasons.append(reason)
 
     @property
+    def needed(self) -> str:
+        """What the test needs its pods to show: where it placed them, unless it declared less (at_most)."""
+        placed = max(self.placed, key=LEVELS.index, default="objects")
+        return min(placed, self.cap, key=LEVELS.index) if self.cap else placed
+
+    @property
+    def short(self) -> str:
+        """Why the test showed less than it needs ("" when it did not)."""
+        if self.shown or LEVELS.index(self.level) >= LEVELS.index(self.needed):
+            return ""
+        return (f"its pods were placed to run {self.needed}, but " +
+                (f"ran {'/'.join(sorted(self.ran, key=LEVELS.index))} only" if self.ran else "none ran"))
+
+    @property
     def level(self) -> str:
         ran = max(self.ran, key=LEVELS.index, default="objects")
         capped = min(ran, self.cap, key=LEVELS.index) if self.cap else ran
@@ -75,25 +93,22 @@ class Evidence:
     def outcome(self, pytest_outcome: str) -> dict:
         """Status, evidence and what qualifies them, for a test that ended with `pytest_outcome`."""
         ran = pytest_outcome != "skipped"
-        partial = pytest_outcome == "passed" and bool(self.partial_reasons)
+        reasons = [*self.partial_reasons, *([self.short] if self.short else [])]
+        partial = pytest_outcome == "passed" and bool(reasons)
         return {"status": "partial" if partial else pytest_outcome,
                 "evidence": self.level if ran else None,
+                "needed": self.needed if ran else None,
                 "placed": sorted(self.placed, key=LEVELS.index),
                 "ran": sorted(self.ran, key=LEVELS.index),
                 "evidence_note": self._note() if ran else "",
-                "partial": list(self.partial_reasons) if partial else []}
+                "partial": reasons if partial else []}
 
     def _note(self) -> str:
         """Why the level is below what the test's pods could show: its own cap, or pods that did not run where
         the suite placed them."""
-        level = self.level
-        if self.cap and self.cap == level:
+        if self.cap and self.cap == self.level:
             return self.cap_reason
-        placed = max(self.placed, key=LEVELS.index, default="objects")
-        if LEVELS.index(placed) > LEVELS.index(level) and not self.shown:
-            return (f"its pods were placed to run {placed}, but " +
-                    (f"ran {'/'.join(sorted(self.ran, key=LEVELS.index))} only" if self.ran else "none ran"))
-        return ""
+        return self.short
 
 
 def _check(level: str) -> None:
@@ -103,6 +118,10 @@ def _check(level: str) -> None:
 
 def _strongest(levels: Iterable[str | None]) -> str | None:
     return max((lv for lv in levels if lv), key=LEVELS.index, default=None)
+
+
+def _weakest(levels: Iterable[str | None]) -> str | None:
+    return min((lv for lv in levels if lv), key=LEVELS.index, default=None)
 
 
 def requirement(tests: list[dict], loosened: Iterable[dict] = ()) -> dict:
@@ -120,8 +139,10 @@ def requirement(tests: list[dict], loosened: Iterable[dict] = ()) -> dict:
         notes += [f"{t['name']} skipped: {t['message']}" for t in tests if t["status"] == "skipped"]
         notes += [f"threshold looser than the catalog's: {f}" for f in flags]
         status = "partial" if notes else "passed"
-    shown = [t.get("evidence") for t in tests if t["status"] in ("passed", "partial")]
-    evidence = _strongest(shown) or _strongest(t.get("evidence") for t in tests if t["status"] == "failed")
+    shown = [t for t in tests if t["status"] in ("passed", "partial")]
+    essential = [t.get("evidence") for t in shown if (t.get("needed") or "objects") != "objects"]
+    evidence = (_weakest(essential) or _strongest(t.get("evidence") for t in shown)
+                or _strongest(t.get("evidence") for t in tests if t["status"] == "failed"))
     if status in ("failed", "skipped"):
         message = next((t["message"] for t in tests if t["status"] == status and t["message"]), "")
     else:

@@ -69,6 +69,18 @@ def test_on_a_real_node(trainjob_spec, request):
     request.node.ran = {"real"}
 
 
+@pytest.mark.requirement("JOB-04")
+def test_a_simulated_part(trainjob_spec, request):
+    trainjob_spec("s", "ns")
+    request.node.ran = {"simulated"}
+
+
+@pytest.mark.requirement("JOB-04")
+def test_refused_by_design(trainjob_spec, evidence):
+    trainjob_spec("r", "ns")
+    evidence.at_most("objects", "the job is refused at submit")
+
+
 @pytest.mark.requirement("ISO-03")
 def test_policies_only(mpijob_spec, evidence, request):
     mpijob_spec("np", "ns")
@@ -143,9 +155,11 @@ def test_each_test_records_what_it_showed(ran):
     shown = {name: (t["status"], t["evidence"]) for name, t in tests.items()}
     assert shown == {
         "test_on_kwok_nodes": ("passed", "simulated"),
-        "test_placed_real_but_ran_on_kwok": ("passed", "simulated"),
-        "test_refused_so_no_pod_ran": ("passed", "objects"),
+        "test_placed_real_but_ran_on_kwok": ("partial", "simulated"),  # showed less than it needs
+        "test_refused_so_no_pod_ran": ("partial", "objects"),  # placed pods, declared none would run
         "test_on_a_real_node": ("passed", "real"),
+        "test_a_simulated_part": ("passed", "simulated"),
+        "test_refused_by_design": ("passed", "objects"),
         "test_policies_only": ("passed", "objects"),
         "test_enforced": ("skipped", None),
         "test_dry_run_only": ("passed", "objects"),  # read-only: it placed a probe, created nothing
@@ -156,7 +170,12 @@ def test_each_test_records_what_it_showed(ran):
     assert tests["test_policies_only"]["placed"] == tests["test_policies_only"]["ran"] == ["simulated"]
     assert tests["test_placed_real_but_ran_on_kwok"]["evidence_note"] == \
         "its pods were placed to run real, but ran simulated only"
+    assert tests["test_placed_real_but_ran_on_kwok"]["partial"] == \
+        ["its pods were placed to run real, but ran simulated only"]
     assert tests["test_refused_so_no_pod_ran"]["evidence_note"] == "its pods were placed to run simulated, but none ran"
+    assert tests["test_refused_by_design"]["evidence_note"] == "the job is refused at submit"
+    assert tests["test_refused_by_design"]["needed"] == "objects" and tests["test_a_simulated_part"]["needed"] == \
+        "simulated"
     assert tests["test_policies_only"]["evidence_note"] == "the policies exist and select the job's pods"
     assert tests["test_checks_less"]["message"] == "checks borrowing only"
 
@@ -166,7 +185,10 @@ def test_requirements_get_their_verdicts_and_the_terminal_says_so(ran):
     results = json.loads((out / "results.json").read_text())
     verdict = {rid: (r["status"], r["evidence"]) for rid, r in results["requirements"].items()
                if r["status"] != "not run"}
-    assert verdict == {"JOB-01": ("passed", "simulated"), "JOB-04": ("passed", "real"), "ISO-04": ("passed", "objects"),
+    # A row shows its weakest essential test (JOB-04: simulated beside real; the refusal by design does not
+    # count), and a test that showed less than it needs makes its row partial (JOB-01, ISO-04).
+    assert verdict == {"JOB-01": ("partial", "simulated"), "JOB-04": ("passed", "simulated"),
+                       "ISO-04": ("partial", "objects"),
                        "ISO-03": ("partial", "objects"), "INS-03": ("passed", "objects"),
                        "SCH-03": ("partial", "simulated"), "SCALE-01": ("partial", "objects"),
                        "FAIL-01": ("failed", "simulated")}
@@ -177,7 +199,7 @@ def test_requirements_get_their_verdicts_and_the_terminal_says_so(ran):
     assert any(line.split()[:3] == ["ISO-03", "PARTIAL", "objects"] for line in lines)
     assert "  threshold looser than the catalog's: scale_namespaces 2, catalog 4 (SCALE-01)" in lines
     not_run = len(catalog.REQUIREMENTS) - 8
-    assert f"requirements: 4 passed, 3 partial, 1 failed, 0 skipped, {not_run} not run" in proc.stdout
+    assert f"requirements: 2 passed, 5 partial, 1 failed, 0 skipped, {not_run} not run" in proc.stdout
     # Every other catalog row is listed, with why: the fake suite has no test of it, or its profile skips it.
     assert set(results["requirements"]) == set(catalog.REQUIREMENTS)
     assert results["requirements"]["PERF-01"]["message"] == "not run: profile cluster (the row's where: gpu)"

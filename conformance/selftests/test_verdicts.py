@@ -16,9 +16,20 @@ from mpiplat.conformance.settings import SCHEMA, SettingsError, parse
 from mpiplat.conformance.verdicts import Evidence
 
 
-def _test(name: str, status: str, evidence: str | None = None, message: str = "", partial=()) -> dict:
+def _test(name: str, status: str, evidence: str | None = None, message: str = "", partial=(),
+          needed: str | None = None) -> dict:
     return {"requirement": "X-01", "name": name, "status": status, "duration_s": 1.0, "message": message,
-            "diagnosis": "", "evidence": evidence, "placed": [], "evidence_note": "", "partial": list(partial)}
+            "diagnosis": "", "evidence": evidence, "needed": needed, "placed": [], "evidence_note": "",
+            "partial": list(partial)}
+
+
+def test_a_row_shows_its_weakest_test_that_needs_pods():
+    real, simulated = _test("a", "passed", "real", needed="real"), _test("b", "passed", "simulated", needed="simulated")
+    refusal = _test("c", "passed", "objects", needed="objects")  # declared: no pod should run
+    assert verdicts.requirement([real, simulated, refusal])["evidence"] == "simulated"
+    assert verdicts.requirement([real, refusal])["evidence"] == "real"
+    assert verdicts.requirement([refusal, _test("d", "passed", "objects")])["evidence"] == "objects"
+    assert verdicts.requirement([_test("e", "passed", "real", partial=["shown by Prometheus"])])["evidence"] == "real"
 
 
 # ---------------------------------------------------------------- one test's evidence
@@ -31,9 +42,13 @@ def test_a_test_shows_where_its_pods_ran_not_where_they_were_placed():
     assert e.outcome("passed")["evidence_note"] == "its pods were placed to run real, but none ran"
     e.ran_on({"simulated"})
     assert e.level == "simulated"
-    assert e.outcome("passed")["evidence_note"] == "its pods were placed to run real, but ran simulated only"
+    short = e.outcome("passed")
+    assert short["evidence_note"] == "its pods were placed to run real, but ran simulated only"
+    assert (short["status"], short["needed"], short["partial"]) == ("partial", "real", [short["evidence_note"]])
+    assert e.outcome("failed")["status"] == "failed"
     e.ran_on({"real"})
     assert e.level == "real" and e.outcome("passed")["evidence_note"] == ""
+    assert e.outcome("passed")["status"] == "passed"
     assert (e.outcome("passed")["placed"], e.outcome("passed")["ran"]) == (["real"], ["simulated", "real"])
     with pytest.raises(ValueError, match="evidence level 'kwok'"):
         e.ran_on({"kwok"})

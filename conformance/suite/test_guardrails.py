@@ -100,11 +100,12 @@ def test_request_above_the_namespace_gpu_quota_is_rejected_at_submit(kube, run, 
 
 @pytest.mark.requirement("JOB-05")
 @pytest.mark.parametrize("workers", ["below", "above"])
-def test_worker_counts_outside_the_range_are_rejected_at_submit(kube, run, settings, mpijob_spec, workers):
+def test_worker_counts_outside_the_range_are_rejected_at_submit(kube, run, settings, mpijob_spec, workers, evidence):
     """min_workers - 1 and max_workers + 1 (settings thresholds) are rejected at submit, with a message that
     names the count and the range. Fails on a cluster without the worker-count guardrail, or with a wider range."""
     lo, hi = int(settings.thresholds["min_workers"]), int(settings.thresholds["max_workers"])
     count = lo - 1 if workers == "below" else hi + 1
+    evidence.at_most("objects", "the job is refused at submit")
     ns = run.namespace()
     manifest = _job(mpijob_spec, f"n{count}", ns, workers=max(count, 1))
     manifest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = count  # 0 where min_workers is 1
@@ -113,7 +114,8 @@ def test_worker_counts_outside_the_range_are_rejected_at_submit(kube, run, setti
 
 
 @pytest.mark.requirement("ISO-04")
-def test_names_that_break_hostfiles_are_rejected(kube, run, mpijob_spec):
+def test_names_that_break_hostfiles_are_rejected(kube, run, mpijob_spec, evidence):
+    evidence.at_most("objects", "the job is refused at submit")
     ns = run.namespace()
     manifest = _job(mpijob_spec, "train-v1", ns, workers=2)
     manifest["metadata"]["name"] = "train.v1"

@@ -171,11 +171,12 @@ def test_trainjob_on_mpi_runtime_completes(kube, run, settings, capabilities, tr
 
 
 @pytest.mark.requirement("JOB-04")
-def test_trainjob_that_sets_a_reserved_mpi_variable_is_rejected_at_submit(kube, run, trainjob_spec):
+def test_trainjob_that_sets_a_reserved_mpi_variable_is_rejected_at_submit(kube, run, trainjob_spec, evidence):
     """Trainer validates a TrainJob against its runtime: on the MPI ClusterTrainingRuntime, a trainer env
     that sets a variable its MPI plugin owns (the hostfile's location) is refused at submit, naming
     spec.trainer.env. Nothing is created."""
     ns = run.namespace()
+    evidence.at_most("objects", "the job is refused at submit")
     spec = trainjob_spec("reserved", ns, env={"OMPI_MCA_orte_default_hostfile": "/tmp/hostfile"})
     try:
         kube.create(TRAINJOB, jobs.trainjob(spec))

@@ -500,7 +500,7 @@ def test_priority_preemption_within_a_queue(kube, run, settings, mpijob_spec, re
 
 
 @pytest.mark.requirement("SCH-05")
-def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, settings, mpijob_spec):
+def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, settings, mpijob_spec, evidence):
     """An admitted job whose pods can never be scheduled (a node selector no node matches) is evicted once
     Kueue's waitForPodsReady timeout passes (Workload condition Evicted, reason PodsReadyTimeout), its pods
     are removed, and it is requeued and admitted again after the backoff (QuotaReserved again, later than
@@ -510,6 +510,7 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
     shows at once, and the job would keep its quota forever; or that never admits an evicted job again (e.g.
     requeuingStrategy backoffLimitCount 0 deactivates it)."""
     team = _team(settings)
+    evidence.at_most("objects", "its pods can never be scheduled, by design: Kueue's eviction is what it judges")
     ns = run.namespace(team)
     timeout = waited(settings.thresholds["pods_ready_timeout_s"])
     try:
@@ -649,12 +650,13 @@ def test_a_job_that_requires_one_rack_gets_all_its_workers_in_one_rack(kube, run
 
 
 @pytest.mark.requirement("SCH-06")
-def test_a_job_larger_than_any_rack_waits_saying_so(kube, run, settings, place, mpijob_spec):
+def test_a_job_larger_than_any_rack_waits_saying_so(kube, run, settings, place, mpijob_spec, evidence):
     """A job of the topology team that requires one domain (one rack) and needs more GPUs than the largest
     domain has, but no more than the team's quota, is not admitted: its Workload waits with Kueue's message
     that the Topology cannot fit its pods, and it has no pods.
     Fails on a cluster whose Kueue does not place by topology (it admits the job over several racks). Skipped
     where the team's quota is not larger than one domain (the job would wait for quota instead)."""
+    evidence.at_most("objects", "the job waits for a rack by design: no pod runs")
     tas = _topology(kube, settings, place)
     gpu, team = settings.gpu_resource, tas.team
     largest = max(sum(caps.gpus(n, gpu) for n in nodes) for nodes in tas.domains.values())
@@ -690,7 +692,8 @@ def test_a_job_larger_than_any_rack_waits_saying_so(kube, run, settings, place, 
 
 
 @pytest.mark.requirement("FAIL-04")
-def test_job_larger_than_the_cluster_waits_with_a_clear_message(kube, run, settings, mpijob_spec, request):
+def test_job_larger_than_the_cluster_waits_with_a_clear_message(kube, run, settings, mpijob_spec, request, evidence):
+    evidence.at_most("objects", "the job waits for quota by design: no pod runs")
     team = _team(settings)
     cap = _capacity(kube, settings, team.cluster_queue)
     ns = run.namespace(team)
