@@ -58,6 +58,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "requirement(id, needs=[]): the catalog id a test proves")
     config.addinivalue_line("markers", "read_only: the test changes nothing (runs in the preflight profile)")
+    config.addinivalue_line("markers", "before_failures: the test reads a cluster-wide failure signal (runs before "
+                                       "the tests whose jobs fail)")
     # SIGTERM ends the run like Ctrl-C, so fixtures' cleanup runs; and Ctrl-C works even when the
     # run inherited SIGINT ignored (a shell's background job does).
     signal.signal(signal.SIGTERM, _interrupt)
@@ -129,7 +131,7 @@ def pytest_collection_modifyitems(config, items):
         (keep if in_profile and (not only or rid in only) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
-    items[:] = keep
+    items[:] = sorted(keep, key=lambda i: not i.get_closest_marker("before_failures"))  # stable: else as collected
     config._mpiplat_not_run = _not_run(profile, only, {_requirement(i)[0] for i in keep if SUITE in i.path.parents})
 
 

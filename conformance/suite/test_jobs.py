@@ -147,7 +147,7 @@ def test_trainjob_ranks_run_for_real_on_a_copy_of_the_mpi_runtime(kube, run, set
     if not capabilities.pod_network:
         pytest.skip("no pod runs for real on this cluster: the ranks cannot run")
     ns = run.namespace()
-    runtime = jobs.TrainJob(name="mpi").runtime  # the installed MPI ClusterTrainingRuntime's name
+    runtime = jobs.MPI_RUNTIME
     kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
     image = settings.images["OpenMPI"]
     _runtime_copy(kube, runtime, ns, image)

@@ -28,6 +28,7 @@ from mpiplat.queues import gpu_capacity
 DASHBOARD = "mpiplat-mpijob-overview-dashboard"
 # cAdvisor's block I/O counters: absent where the kernel does not account block I/O to containers' cgroups.
 DISK_IO = ("container_fs_reads_bytes_total", "container_fs_writes_bytes_total")
+RISE_SLACK_S = 2  # how much earlier than a job's Failed condition (1 s resolution) its failure may be counted
 PENDING_WAIT_MAX_S = 300  # MON-02 waits for MPIJobPendingTooLong to fire only where its threshold is below this
 
 
@@ -56,15 +57,19 @@ def _alert(prometheus, name: str, state: str = "firing", **labels: str) -> dict 
 
 
 @pytest.mark.requirement("MON-01")
+@pytest.mark.before_failures
 def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, settings, capabilities, mpijob_spec,
-                                                                 prometheus):
+                                                                 prometheus, evidence):
     """A job that fails raises mpi_operator_jobs_failed_total in Prometheus within metric_visible_s (SC-016:
     from its Failed condition to the first scraped sample that counts it), and MPIJobFailed is firing at the
-    first evaluation of its rule that follows, within failed_to_alert_s (it may already fire for an earlier
-    failure in its 10-minute window: the time is then that of the evaluation that counted this one).
-    The counter has no labels: the suite's own jobs run one at a time, so the rise is this job's."""
+    first evaluation of its rule that follows, within failed_to_alert_s.
+    The counter has no labels, so the rise must be this job's alone: exactly one more than before it was
+    submitted, no earlier than its Failed condition (less RISE_SLACK_S, the condition's 1 s resolution); any
+    other rise fails the test (another job failed meanwhile). The alert is this job's only where it was not
+    already firing (the suite runs this test before those whose jobs fail); otherwise the row is partial."""
     t = settings.thresholds
     _rule(prometheus, "MPIJobFailed")
+    already = _alert(prometheus, "MPIJobFailed")
     base = prometheus.query("sum(mpi_operator_jobs_failed_total)")
     assert base, ("Prometheus has no mpi_operator_jobs_failed_total: it does not scrape the MPI Operator, which "
                   "serves /metrics only when started with --monitoring-port (roles/monitoring/README.md)")
@@ -86,10 +91,16 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
     until = deadline(max(t["metric_visible_s"], t["failed_to_alert_s"]) + 30)
     while alerted is None and time.monotonic() < until:
         if visible is None:
-            rises = [t1 for series in prometheus.samples("mpi_operator_jobs_failed_total", "5m")
-                     for (_, v0), (t1, v1) in zip(series, series[1:], strict=False)
-                     if t1 >= submitted and (v1 > v0 or 0 < v1 < v0)]  # v1 < v0: the operator restarted
-            visible = min(rises) if rises else None
+            rises = sorted((t1, v1 - v0 if v1 >= v0 else v1)  # v1 < v0: the operator restarted
+                           for series in prometheus.samples("mpi_operator_jobs_failed_total", "5m")
+                           for (_, v0), (t1, v1) in zip(series, series[1:], strict=False)
+                           if t1 >= submitted and v1 != v0)
+            if rises:
+                at, by = rises[0]
+                assert by == 1 and at >= failed - RISE_SLACK_S, (
+                    f"mpi_operator_jobs_failed_total rose by {by:g} at {at - failed:+.1f}s from this job's Failed "
+                    "condition: another job failed meanwhile, so the rise cannot be told to be this job's")
+                visible = at
         if visible is not None:
             rule, alert = _rule(prometheus, "MPIJobFailed"), _alert(prometheus, "MPIJobFailed")
             evaluated = _ts(rule["lastEvaluation"])
@@ -98,11 +109,15 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
         time.sleep(0.5)
     assert visible is not None, (f"the job's failure never reached Prometheus: mpi_operator_jobs_failed_total "
                                  f"stayed {before:g} (scrape target health: {_health(prometheus, 'mpi')})")
+    # At most RISE_SLACK_S early (the condition's resolution): shown as 0.
     run.record("MON-01", "job Failed -> failure counted in Prometheus", max(0.0, visible - failed), "s",
                t["metric_visible_s"])
     assert alerted is not None, f"MPIJobFailed is not firing {waited(t['failed_to_alert_s'] + 30):.0f}s after " \
                                 "Prometheus counted the failure"
     run.record("MON-01", "job Failed -> MPIJobFailed firing", max(0.0, alerted - failed), "s", t["failed_to_alert_s"])
+    if already:
+        evidence.partial("MPIJobFailed was already firing for an earlier failure when the job was submitted: "
+                         "that it fired for this one is not shown")
     assert visible - failed <= t["metric_visible_s"]
     assert alerted - failed <= t["failed_to_alert_s"]
 

@@ -528,13 +528,14 @@ TRAINER_CONTAINER = "node"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 # How long a workload TrainJob's launcher waits for its own DNS name (see trainjob_launcher_command).
 TRAINJOB_DNS_WAIT_S = 120
+MPI_RUNTIME = "deepspeed-distributed"  # the MPI ClusterTrainingRuntime Trainer installs, a TrainJob's default
 
 
 @dataclass
 class TrainJob:
     name: str
     namespace: str = "default"
-    runtime: str = "deepspeed-distributed"
+    runtime: str = MPI_RUNTIME
     # ClusterTrainingRuntime, or TrainingRuntime: one in the TrainJob's namespace.
     runtime_kind: str = "ClusterTrainingRuntime"
     num_nodes: int = 2
