@@ -24,15 +24,16 @@ from mpiplat.conformance.watch import (
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import MPIJOB
 
-# What allreduce.py --kill-rank prints just before the rank kills itself.
-KILL_LINE = "kills itself with SIGKILL"
+# What allreduce.py --kill-rank 1 --kill-by oom prints just before the rank allocates until the OOM killer takes it.
+KILL_LINE = "allocates memory until the OOM killer takes it"
 
 
 @pytest.mark.requirement("FAIL-01")
 def test_worker_killed_fails_the_job_fast_and_is_diagnosed(kube, run, settings, capabilities, mpijob_spec, request):
-    """Where pods run for real: worker 1's MPI rank is SIGKILLed (exit 137, what the kernel's OOM killer
-    does) while the job runs; mpirun aborts, the job fails, and the diagnosis names worker 1 from mpirun's
-    report in the launcher's log. Elsewhere, on KWOK nodes: worker 1 is OOMKilled by failure injection."""
+    """Where pods run for real: worker 1's MPI rank allocates memory while the job runs, until the kernel's
+    OOM killer takes it at the worker's memory limit (SIGKILL, exit 137); mpirun aborts, the job fails, and
+    the diagnosis names worker 1 from mpirun's report in the launcher's log. Elsewhere, on KWOK nodes:
+    worker 1 is OOMKilled by failure injection."""
     if capabilities.pod_network:
         _rank_killed_for_real(kube, run, settings, mpijob_spec, request)
     elif capabilities.simulated:
@@ -59,9 +60,10 @@ def _line_seen(kube, namespace: str, pod: str, text: str, timeout: float) -> tup
 def _rank_killed_for_real(kube, run, settings, mpijob_spec, request) -> None:
     ns = run.namespace()
     kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
-    # One slot per worker: rank 1 is worker 1's only rank. It dies 5 s after every rank started.
+    # One slot per worker: rank 1 is worker 1's only rank. 5 s after every rank started it allocates memory
+    # until the OOM killer takes it, at the worker's memory limit (the builder's default, 128Mi).
     spec = mpijob_spec("killed", ns, real=True, workers=2, workload="allreduce",
-                       workload_args=["--kill-rank", "1", "--kill-after", "5"])
+                       workload_args=["--kill-rank", "1", "--kill-after", "5", "--kill-by", "oom"])
     submit_job(kube, spec)
     launcher = wait_pods(kube, ns, f"{JOB_LABEL}=killed,{ROLE_LABEL}=launcher", all_running(1), timeout=180)[0]
     # Death is timed when the rank's last line (printed just before it dies) reaches the test through
@@ -69,7 +71,8 @@ def _rank_killed_for_real(kube, run, settings, mpijob_spec, request) -> None:
     # log's delivery, tens of ms), so the figure may be short by that much.
     seen_line = _line_seen(kube, ns, launcher.metadata.name, KILL_LINE, timeout=120)
     if seen_line is None:
-        pytest.fail(f"rank 1 never said it was killing itself; {diagnose(kube, ns, 'killed', settings.gpu_resource)}")
+        pytest.fail(f"rank 1 never said it would run out of memory; "
+                    f"{diagnose(kube, ns, 'killed', settings.gpu_resource)}")
     following, died = seen_line
     assert died - following > 1, "the rank died before the test followed the launcher's log: death cannot be timed"
     seen = condition_times(kube, MPIJOB, "killed", ns, until=("Failed", "Succeeded"), timeout=120, start=died)

@@ -17,7 +17,10 @@ element of its contribution, to prove the check fails.
 takes a rank) ``--kill-after`` seconds (default 3) after every rank has started, while the others wait
 in a collective: mpiexec then aborts the job and names the rank, its host and the signal. Rank R
 first prints ``allreduce: rank R on HOST kills itself with SIGKILL`` (stdout, flushed), so whoever
-reads the job's output sees the moment of death.
+reads the job's output sees the moment of death. With ``--kill-by oom`` rank R instead prints ``allreduce: rank
+R on HOST allocates memory until the OOM killer takes it`` and allocates (and touches) memory in 16 MiB steps,
+so that the kernel kills it at its container's memory limit; if it reaches ``--oom-max-mib`` (default 1024)
+alive, no limit held: it says so on stderr and exits 3.
 
 Standalone on purpose (shipped into MPI images): imports only mpi4py, numpy and the stdlib.
 """
@@ -64,6 +67,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="rank R kills itself with SIGKILL while the job runs (a rank's death must fail the job)")
     parser.add_argument("--kill-after", type=float, default=3.0, metavar="S",
                         help="seconds after every rank started until --kill-rank strikes (default: 3)")
+    parser.add_argument("--kill-by", choices=("signal", "oom"), default="signal",
+                        help="how --kill-rank dies: SIGKILL to itself (default), or the kernel's OOM killer at "
+                             "its memory limit")
+    parser.add_argument("--oom-max-mib", type=int, default=1024, metavar="MIB",
+                        help="--kill-by oom: how much the rank allocates before it concludes that no memory limit "
+                             "holds (default: 1024)")
     args = parser.parse_args(argv)
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     for name in args.dtypes:
@@ -74,6 +83,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.kill_after < 0:
         parser.error("--kill-after must be >= 0")
     return args
+
+
+def out_of_memory(rank: int, max_mib: int) -> None:
+    """Allocate and touch memory until the kernel's OOM killer ends this process; exit 3 if it never does."""
+    print(f"allreduce: rank {rank} on {socket.gethostname()} allocates memory until the OOM killer takes it", flush=True)
+    held = []
+    for _ in range(max(1, max_mib // 16)):
+        held.append(np.ones(16 * 2**20, dtype=np.uint8))
+    print(f"allreduce: rank {rank} allocated {max_mib} MiB and was not killed: no memory limit holds",
+          file=sys.stderr, flush=True)
+    os._exit(3)
 
 
 def contribution(rank: int, count: int, dtype: str) -> np.ndarray:
@@ -101,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         comm.Barrier()  # every rank is up: the job is running when the rank dies
         if rank == args.kill_rank:
             time.sleep(args.kill_after)
+            if args.kill_by == "oom":
+                out_of_memory(rank, args.oom_max_mib)
             print(f"allreduce: rank {rank} on {socket.gethostname()} kills itself with SIGKILL", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
     library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0]

@@ -89,6 +89,16 @@ def test_allreduce_kill_rank_dies_of_sigkill_and_mpiexec_reports_it(run_workload
     assert found.rank == (1 if impl == "openmpi" else None), run.output
 
 
+def test_allreduce_oom_rank_that_no_memory_limit_stops_says_so_and_fails(run_workload: Runner) -> None:
+    """--kill-by oom on a host without a memory limit: the rank allocates its --oom-max-mib, says that no limit
+    held, and the run fails (so FAIL-01 fails on a cluster that does not enforce memory limits)."""
+    run = run_workload("openmpi", 2, "allreduce", "--kill-rank", "1", "--kill-after", "0", "--kill-by", "oom",
+                       "--oom-max-mib", "32")
+    assert run.returncode != 0, run.output
+    assert "allocates memory until the OOM killer takes it" in run.stdout, run.output
+    assert "allocated 32 MiB and was not killed: no memory limit holds" in run.stderr, run.output
+
+
 def test_allreduce_refuses_to_kill_a_rank_that_does_not_exist(run_workload: Runner) -> None:
     run = run_workload("openmpi", 2, "allreduce", "--kill-rank", "2")
     assert run.returncode == 2, run.output
