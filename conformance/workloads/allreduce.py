@@ -87,7 +87,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def out_of_memory(rank: int, max_mib: int) -> None:
     """Allocate and touch memory until the kernel's OOM killer ends this process; exit 3 if it never does."""
-    print(f"allreduce: rank {rank} on {socket.gethostname()} allocates memory until the OOM killer takes it", flush=True)
+    print(f"allreduce: rank {rank} on {socket.gethostname()} allocates memory until the OOM killer takes it",
+          flush=True)
     held = []
     for _ in range(max(1, max_mib // 16)):
         held.append(np.ones(16 * 2**20, dtype=np.uint8))
