@@ -32,6 +32,7 @@ SCALE_ROWS = "conformance/suite/test_scale.py"
 KUBECONFIG = 'eval "$(mpiplat cluster env)"'
 CLUSTER_TESTS = '-m "cluster and not faults and not last and not bare" -p no:cacheprovider --durations=10'
 TENANCY = "playbooks/tests/test_tenancy.py"
+INVALID = "playbooks/tests/test_invalid_inventories.py"
 SDK = "src/mpiplat/tests/test_sdk.py playbooks/tests/test_monitoring.py conformance/selftests/test_interrupt.py"
 
 
@@ -62,16 +63,16 @@ STAGES = [
         Lane("scale", [f"{KUBECONFIG} && pytest {SCALE_ROWS} --profile cluster "
                        "--report-dir reports/conformance-scale"]),
     ]),
-    Stage("suite", "the suite beside the CPU-bound offline tests: the suite mostly waits on pods, and its timed "
-                   "rows keep wide margins (2026-11-27: the machine 35% idle with the suite beside helm)", [
+    Stage("suite", "the suite beside the tenancy tests and the invalid inventories (their own teams, tn-*; no job of "
+                   "theirs fails, so MON-01 can tell its own failure): the suite mostly waits on pods, and its timed "
+                   "rows keep wide margins", [
         Lane("suite", [f"{KUBECONFIG} && pytest conformance/suite --profile cluster --ignore={SCALE_ROWS} "
                        "--durations=10"]),
-        Lane("offline", ["make --no-print-directory lint",
-                         "MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
-             env={"KUBECONFIG": None}),  # never a cluster's
+        Lane("tenancy", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {TENANCY} {INVALID}"]),
     ]),
     Stage("faults", "the fault matrix breaks the stack one fault at a time, so nothing else uses that cluster; it "
-                    "mostly waits (65% of the machine idle on 2026-11-27), so the helm lane's cluster runs beside it", [
+                    "mostly waits (65% of the machine idle on 2026-11-27), so the helm lane's cluster and the "
+                    "CPU-bound offline tests run beside it", [
         Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider"]),
         # A bare cluster of its own: the `bare` tests, then molecule `helm` from a fresh bundle (the
         # controllers as real pods), then down (it fails if the node leaves a link or cgroup behind).
@@ -82,12 +83,15 @@ STAGES = [
                       f"{KUBECONFIG} && MPIPLAT_BUNDLE={BUNDLE} molecule test -s helm",
                       "mpiplat cluster down"],
              env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1"),
+        Lane("offline", ["make --no-print-directory lint",
+                         "MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
+             env={"KUBECONFIG": None}),  # never a cluster's
     ]),
-    Stage("cluster-tests", "the other `cluster` tests share the cluster, not objects: three processes", [
-        Lane("tenancy", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {TENANCY}"]),
+    Stage("cluster-tests", "the other `cluster` tests share the cluster, not objects: two processes (some of their "
+                           "jobs fail, so not beside the suite's MON-01)", [
         Lane("sdk", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {SDK}"]),
         Lane("others", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} "
-                        + " ".join(f"--ignore={p}" for p in [TENANCY, *SDK.split()])]),
+                        + " ".join(f"--ignore={p}" for p in [TENANCY, INVALID, *SDK.split()])]),
     ]),
     Stage("last", "the test that stops the cluster", [
         Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"]),

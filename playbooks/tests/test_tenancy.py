@@ -37,6 +37,8 @@ ALPHA, BETA = "tn-alpha", "tn-beta"
 CLUSTER_ROLES = ("mpijob-admin", "mpijob-user", "mpijob-viewer")
 RELEASE_NS = "mpiplat-tenants"
 
+# The test's own cohort: in site.yml's (mpiplat) its teams would lend to the suite's teams, which run beside it.
+COHORT = "tn-pool"
 TEAMS = {
     # The test's own flavors and Topology (not the inventory's, which site.yml's teams use).
     "tenancy_flavors": [{"name": FLAVOR, "node_labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
@@ -44,11 +46,11 @@ TEAMS = {
                          "topology": TOPOLOGY_NAME}],
     "tenancy_topologies": [{"name": TOPOLOGY_NAME, "levels": TOPOLOGY_LEVELS}],
     "mpiplat_teams": [
-        {"name": ALPHA, "gpus": 8, "cpu": 64, "memory": "512Gi", "lending_limit_gpus": 4,
+        {"name": ALPHA, "gpus": 8, "cpu": 64, "memory": "512Gi", "lending_limit_gpus": 4, "cohort": COHORT,
          "admins": [{"kind": "User", "name": "tn-alpha-lead"}],
          "users": [{"kind": "User", "name": "tn-alpha-dev"}],
          "viewers": [{"kind": "Group", "name": "tn-alpha-auditors"}]},
-        {"name": BETA, "gpus": 4, "borrowing_limit_gpus": 2,
+        {"name": BETA, "gpus": 4, "borrowing_limit_gpus": 2, "cohort": COHORT,
          "preemption": {"withinClusterQueue": "Never"},
          "admins": [{"kind": "User", "name": "tn-beta-lead"}],
          "users": [{"kind": "Group", "name": "tn-beta-devs"}],
@@ -117,7 +119,7 @@ def test_cluster_queues_are_active_in_one_cohort_with_the_team_quotas(kube, tena
     alpha, beta = kube.get(CLUSTERQUEUE, ALPHA), kube.get(CLUSTERQUEUE, BETA)
     for cq, ns in ((alpha, ALPHA), (beta, BETA)):
         assert has_condition(cq, "Active"), cq.get("status")
-        assert cq["spec"]["cohortName"] == "mpiplat"
+        assert cq["spec"]["cohortName"] == COHORT
         assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"mpiplat.io/team": ns}}
         assert cq["spec"]["resourceGroups"][0]["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
         assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == [FLAVOR]
