@@ -93,7 +93,8 @@ class Evidence:
     def outcome(self, pytest_outcome: str) -> dict:
         """Status, evidence and what qualifies them, for a test that ended with `pytest_outcome`."""
         ran = pytest_outcome != "skipped"
-        reasons = [*self.partial_reasons, *([self.short] if self.short else [])]
+        short = self.short
+        reasons = [*self.partial_reasons, *([short] if short else [])]
         partial = pytest_outcome == "passed" and bool(reasons)
         return {"status": "partial" if partial else pytest_outcome,
                 "evidence": self.level if ran else None,

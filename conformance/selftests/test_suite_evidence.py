@@ -156,7 +156,7 @@ def test_each_test_records_what_it_showed(ran):
     assert shown == {
         "test_on_kwok_nodes": ("passed", "simulated"),
         "test_placed_real_but_ran_on_kwok": ("partial", "simulated"),  # showed less than it needs
-        "test_refused_so_no_pod_ran": ("partial", "objects"),  # placed pods, declared none would run
+        "test_refused_so_no_pod_ran": ("partial", "objects"),  # placed pods, none ran, declared nothing lower
         "test_on_a_real_node": ("passed", "real"),
         "test_a_simulated_part": ("passed", "simulated"),
         "test_refused_by_design": ("passed", "objects"),
