@@ -401,30 +401,56 @@ class KubeRouterStopped(NodeProcessStopped):
                                f"{left[0]}")
 
 
+SAVED_IMAGES = "fault-saved.local"  # where image faults keep the originals (not mpiplat.local: faults.baseline)
+
+
+def _ctr(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*realnode.ctr(), *args], capture_output=True, text=True)
+
+
+def _save_image(fault: Fault, image: str) -> None:
+    """Keep `image` under a second name, so that its content stays while its own name is gone or replaced."""
+    saved = f"{SAVED_IMAGES}/{fault.name}/{image.split('/', 1)[-1]}"
+    images.tag(realnode.ctr(), image, saved)
+    fault.saved.append((image, saved))
+
+
+def _restore_images(fault: Fault, recipes: tuple[str, ...]) -> None:
+    """Each saved image under its own name again (a tag: nothing is imported), then the second names
+    removed; an image that was never saved and is missing is imported from the image cache."""
+    for image, saved in fault.saved:
+        images.tag(realnode.ctr(), saved, image)
+        _ctr("images", "rm", saved)
+    fault.saved.clear()
+    present = images.images_in(realnode.ctr())
+    missing = tuple(r for r in recipes if images.recipe(r).image not in present)
+    if missing:
+        images.import_into(realnode.ctr(), missing, stream=io.StringIO())
+
+
 @dataclass
 class ImageRemoved(Fault):
     """Local images removed from the real node's containerd (the node pulls from no registry); undo
-    imports them again from the image cache."""
+    gives them their names back (their content was kept under a second name)."""
 
     recipes: tuple[str, ...] = ()
 
     def apply(self) -> None:
         for name in self.recipes:
             image = images.recipe(name).image
-            self.saved.append(image)
-            subprocess.run([*realnode.ctr(), "images", "rm", image], capture_output=True, text=True)
+            _save_image(self, image)
+            _ctr("images", "rm", image)
             if image in images.images_in(realnode.ctr()):
                 raise ClusterError(f"fault {self.name}: {image} is still in the real node's containerd")
 
     def undo(self) -> None:
-        images.import_into(realnode.ctr(), self.recipes, stream=io.StringIO())
-        self.saved.clear()
+        _restore_images(self, self.recipes)
 
 
 @dataclass
 class ImageReplaced(Fault):
     """Local images replaced in the real node's containerd, under their names, by variants with `files` added
-    (path -> (content, mode)); undo imports the originals again from the image cache."""
+    (path -> (content, mode)); undo gives the originals their names back."""
 
     recipes: tuple[str, ...] = ()
     files: dict = field(default_factory=dict)
@@ -435,13 +461,12 @@ class ImageReplaced(Fault):
         for image, archive in images.ensure_built(self.recipes, io.StringIO()).items():
             variant = work / f"{self.name}-{archive.name}"
             images.with_files(archive, self.files, variant)
-            self.saved.append(image)
+            _save_image(self, image)
             images.import_archive(realnode.ctr(), image, variant, io.StringIO())
             variant.unlink()
 
     def undo(self) -> None:
-        images.import_into(realnode.ctr(), self.recipes, stream=io.StringIO())
-        self.saved.clear()
+        _restore_images(self, self.recipes)
 
 
 @dataclass
@@ -702,23 +727,32 @@ def baseline() -> dict:
     ServiceAccount and RoleBindings, ClusterQueues, CRD versions, guardrail bindings, the images of the
     real node, cordons, CoreDNS replicas and the controllers' health."""
 
-    def specs(kind: str, namespace: str | None = None) -> dict:
-        return {o["metadata"]["name"]: o.get("spec") for o in list_objects(kind, namespace)}
+    # One kubectl call per scope, not one per kind: the matrix reads this after every fault.
+    def by_kind(*args: str) -> dict[str, list[dict]]:
+        found: dict[str, list[dict]] = {}
+        for o in json.loads(kubectl("get", *args, "-o", "json").stdout)["items"]:
+            found.setdefault(o["kind"], []).append(o)
+        return found
 
-    sa = get("serviceaccount", "default", TEAM) or {}
+    def specs(objects: list[dict]) -> dict:
+        return {o["metadata"]["name"]: o.get("spec") for o in objects}
+
+    team = by_kind("namespaces,networkpolicies,rolebindings,serviceaccounts", "-n", TEAM)
+    cluster = by_kind("clusterqueues.kueue.x-k8s.io,crds,validatingadmissionpolicybindings,nodes")
+    dashboards = by_kind("configmaps", "-A", "-l", "grafana_dashboard=1")
+    ns = next((o for o in team.get("Namespace", []) if o["metadata"]["name"] == TEAM), {})
+    sa = next((o for o in team.get("ServiceAccount", []) if o["metadata"]["name"] == "default"), {})
     return {
-        "team_labels": ((get("namespace", TEAM) or {}).get("metadata") or {}).get("labels"),
-        "networkpolicies": specs("networkpolicies", TEAM),
-        "rolebindings": {o["metadata"]["name"]: [o["roleRef"], o.get("subjects")]
-                         for o in list_objects("rolebindings", TEAM)},
+        "team_labels": (ns.get("metadata") or {}).get("labels"),
+        "networkpolicies": specs(team.get("NetworkPolicy", [])),
+        "rolebindings": {o["metadata"]["name"]: [o["roleRef"], o.get("subjects")] for o in team.get("RoleBinding", [])},
         "automount": sa.get("automountServiceAccountToken"),
-        "clusterqueues": specs("clusterqueues.kueue.x-k8s.io"),
+        "clusterqueues": specs(cluster.get("ClusterQueue", [])),
         "crds": {o["metadata"]["name"]: sorted(v["name"] for v in o["spec"]["versions"] if v["served"])
-                 for o in list_objects("crds")},
-        "guardrails": specs("validatingadmissionpolicybindings"),
-        "dashboards": sorted(o["metadata"]["name"]
-                             for o in list_objects("configmaps", None, "-A", "-l", "grafana_dashboard=1")),
-        "cordoned": sorted(o["metadata"]["name"] for o in list_objects("nodes") if o["spec"].get("unschedulable")),
+                 for o in cluster.get("CustomResourceDefinition", [])},
+        "guardrails": specs(cluster.get("ValidatingAdmissionPolicyBinding", [])),
+        "dashboards": sorted(o["metadata"]["name"] for o in dashboards.get("ConfigMap", [])),
+        "cordoned": sorted(o["metadata"]["name"] for o in cluster.get("Node", []) if o["spec"].get("unschedulable")),
         "coredns": (get("deployment", "coredns", "kube-system") or {}).get("spec", {}).get("replicas"),
         "images": sorted(i for i in images.images_in(realnode.ctr()) if i.startswith("mpiplat.local/")),
     }

@@ -920,6 +920,16 @@ def ensure_built(names: Iterable[str] | None = None, stream=None) -> dict[str, P
 CONTROLLER_IMAGES = ("kueue", "jobset", "trainer", "mpi-operator")  # recipes named as their charts' images
 
 
+def tag(ctr: list[str], image: str, target: str) -> None:
+    """`image` also named `target` in containerd (the same content; `target` replaced if it exists), pinned
+    for the CRI like an imported image."""
+    for cmd in ([*ctr, "images", "tag", "--force", image, target],
+                [*ctr, "images", "label", target, *[f"{k}={v}" for k, v in IMPORT_LABELS.items()]]):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ImageError(f"`{shlex.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()}")
+
+
 def tag_mirrored(ctr: list[str], registry: str, stream=None) -> list[str]:
     """Tag the controller images in containerd also as the installer references them through
     `registry` (mpiplat_image_registry), so the charts' pods run there without a pull. Returns the new names."""
@@ -930,11 +940,7 @@ def tag_mirrored(ctr: list[str], registry: str, stream=None) -> list[str]:
         target = mirrored(image, registry)
         if image not in have or have.get(target) == have[image]:
             continue
-        for cmd in ([*ctr, "images", "tag", "--force", image, target],
-                    [*ctr, "images", "label", target, *[f"{k}={v}" for k, v in IMPORT_LABELS.items()]]):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise ImageError(f"`{shlex.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()}")
+        tag(ctr, image, target)
         print(f"  tagged   {target}", file=stream, flush=True)
         tagged.append(target)
     return tagged
