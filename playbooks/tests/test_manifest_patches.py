@@ -1,5 +1,5 @@
-"""roles/upstream_install's upstream_install_patch filter: JSON patches of the pinned manifests' documents,
-and a clear error where a patch names no document or does not apply."""
+"""roles/upstream_install's upstream_install_docs filter: a pinned manifest's text as labelled objects, with JSON
+patches of its documents, and a clear error where a patch names no document or does not apply."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,3 +43,30 @@ def test_a_patch_that_does_not_apply_fails_naming_the_document():
     bad = {"op": "replace", "path": "/spec/template/spec/containers/0/ports/0", "value": {}}
     with pytest.raises(AnsibleFilterError, match=r"Deployment/mpi-operator: patch .* does not apply"):
         patch_docs.upstream_install_patch(DOCS, [{"kind": "Deployment", "name": "mpi-operator", "ops": [bad]}])
+
+
+def test_the_manifest_text_becomes_its_objects_labelled_and_patched():
+    text = "# a comment\n---\n{}---\n\n---\n{}---\nnot: an object\n".format(*map(yaml.safe_dump, DOCS))
+    out = patch_docs.upstream_install_docs(text, {"app.kubernetes.io/part-of": "mpiplat"},
+                                           [{"kind": "Deployment", "name": "mpi-operator", "ops": [ADD_FLAG]}],
+                                           "mpi-operator")
+    assert [d["kind"] for d in out] == ["Namespace", "Deployment"]  # documents without a kind are dropped
+    assert all(d["metadata"]["labels"] == {"app.kubernetes.io/part-of": "mpiplat"} for d in out)
+    assert out[1]["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--monitoring-port=8081"
+
+
+def test_a_manifest_that_is_not_yaml_fails_naming_the_component():
+    with pytest.raises(AnsibleFilterError, match=r"mpi-operator manifest: not YAML"):
+        patch_docs.upstream_install_docs("kind: [unclosed", {}, [], "mpi-operator")
+
+
+def test_a_releases_aggregated_cluster_roles_are_found_by_its_helm_annotations():
+    def role(name, release, namespace="kueue-system", aggregated=True):
+        return {"metadata": {"name": name, "annotations": {"meta.helm.sh/release-name": release,
+                                                           "meta.helm.sh/release-namespace": namespace}},
+                **({"aggregationRule": {"clusterRoleSelectors": [{}]}} if aggregated else {})}
+    roles = [role("kueue-batch-admin-role", "kueue"), role("kueue-manager-role", "kueue", aggregated=False),
+             role("kueue-other-ns", "kueue", namespace="elsewhere"), role("jobset-admin", "jobset"),
+             {"metadata": {"name": "system:aggregate-to-admin"}, "aggregationRule": {}}]
+    assert patch_docs.upstream_install_aggregated_roles(roles, "kueue", "kueue-system") == ["kueue-batch-admin-role"]
+    assert patch_docs.upstream_install_aggregated_roles([], "kueue", "kueue-system") == []

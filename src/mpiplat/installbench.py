@@ -4,10 +4,10 @@
 
 Steps, on a cluster of its own (MPIPLAT_CLUSTER=installbench unless set) with its real node, where the
 controllers run as real pods: `mpiplat cluster up --bare --image-registry` (molecule helm's mirror);
-site.yml from a bundle (fresh, with Ansible's profile_roles and profile_tasks), site.yml again (no-op),
-uninstall.yml with CRDs; then the same charts and manifest with plain `helm install --wait` and
-`kubectl apply --server-side` + `kubectl wait`. Prints Markdown tables: the steps, then where the fresh
-site.yml spends its time. Stops the cluster.
+site.yml from a bundle (fresh), site.yml again (no-op), uninstall.yml with CRDs, each with Ansible's
+profile_roles and profile_tasks; then the same charts and manifest with plain `helm install --wait` and
+`kubectl apply --server-side` + `kubectl wait`. Prints Markdown tables: the steps, then where each playbook run
+spends its time. Stops the cluster.
 """
 
 from __future__ import annotations
@@ -93,12 +93,13 @@ def main() -> int:
                 "-e", f"@{HELM_VARS}", "-e", '{"mpiplat_teams": []}']
     profiled = dict(env, ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_roles,ansible.posix.profile_tasks",
                     PROFILE_TASKS_TASK_OUTPUT_LIMIT="100")
-    rows, fresh = [], []
-    rows.append(("site.yml, fresh (bundle, CRDs first, helm --wait)",
-                 _timed(playbook + ["playbooks/site.yml"], profiled, fresh)))
-    rows.append(("site.yml, no-op re-run", _timed(playbook + ["playbooks/site.yml"], env)))
-    rows.append(("uninstall.yml with CRDs", _timed(playbook + [
-        "playbooks/uninstall.yml", "-e", "mpiplat_confirm_uninstall=true", "-e", "mpiplat_remove_crds=true"], env)))
+    runs = [("site.yml, fresh (bundle, CRDs first, helm --wait)", ["playbooks/site.yml"]),
+            ("site.yml, no-op re-run", ["playbooks/site.yml"]),
+            ("uninstall.yml with CRDs", ["playbooks/uninstall.yml", "-e", "mpiplat_confirm_uninstall=true",
+                                         "-e", "mpiplat_remove_crds=true"])]
+    rows, outputs = [], []
+    for label, argv in runs:
+        rows.append((label, _timed(playbook + argv, profiled, outputs)))
 
     comps = load()
     start = time.monotonic()
@@ -117,10 +118,11 @@ def main() -> int:
     print("| step | seconds |\n|---|---|")
     for label, secs in rows:
         print(f"| {label} | {secs:.0f} |")
-    roles, tasks = profile(fresh[0])
-    print("\n| site.yml, fresh: role or task (profile_roles, profile_tasks) | seconds |\n|---|---|")
-    for label, secs in roles + [("", 0.0)] + tasks:
-        print(f"| {label} | {secs:.1f} |" if label else "| **slowest tasks** | |")
+    for (label, _), stdout in zip(runs, outputs, strict=True):
+        roles, tasks = profile(stdout)
+        print(f"\n| {label}: role or task (profile_roles, profile_tasks) | seconds |\n|---|---|")
+        for name, secs in roles + [("", 0.0)] + tasks:
+            print(f"| {name} | {secs:.1f} |" if name else "| **slowest tasks** | |")
     return 0
 
 
