@@ -51,29 +51,39 @@ class Stage:
     lanes: list[Lane]
 
 
+FAULTS = {"MPIPLAT_CLUSTER": "faults"}  # the fault matrix's own full cluster, beside the default one
+
 STAGES = [
-    # The full cluster, installed by molecule `default` (it leaves the stack and the teams installed).
-    Stage("install", "the full cluster and its stack", [
+    # The default cluster, installed by molecule `default` (it leaves the stack and the teams installed), and
+    # the fault matrix's cluster, installed by site.yml as the README's demo does.
+    Stage("install", "the two full clusters and their stacks", [
         Lane("stack", ["mpiplat cluster down",
                        "mpiplat cluster up",
                        f"{KUBECONFIG} && molecule test -s default"]),
+        Lane("faults-stack", ["mpiplat cluster down",
+                              "mpiplat cluster up",
+                              f"{KUBECONFIG} && ansible-playbook -i inventories/local playbooks/site.yml"],
+             env=FAULTS),
     ]),
     Stage("scale", "alone, first on the fresh stack: SCALE-01 (100 jobs at once) and SCALE-02 (512 workers) time "
                    "the cluster itself (every job Running: 24.6-28.5 s; the target is 60)", [
         Lane("scale", [f"{KUBECONFIG} && pytest {SCALE_ROWS} --profile cluster "
                        "--report-dir reports/conformance-scale"]),
     ]),
-    Stage("suite", "the suite beside the tenancy tests and the invalid inventories (their own teams, tn-*; no job of "
-                   "theirs fails, so MON-01 can tell its own failure): the suite mostly waits on pods, and its timed "
-                   "rows keep wide margins", [
+    Stage("main", "the fault matrix breaks its own cluster one fault at a time (nothing else uses it) while the "
+                  "default cluster runs the suite beside the tenancy tests and the invalid inventories (their own "
+                  "teams, tn-*; no job of theirs fails, so MON-01 can tell its own failure), then the other "
+                  "`cluster` tests (some of their jobs fail, so after the suite). The helm lane's bare cluster and "
+                  "the CPU-bound offline tests fill the rest: most lanes wait on API servers", [
+        Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider",
+                        "mpiplat cluster down"],
+             env=FAULTS, cleanup="mpiplat cluster down >/dev/null 2>&1"),
         Lane("suite", [f"{KUBECONFIG} && pytest conformance/suite --profile cluster --ignore={SCALE_ROWS} "
-                       "--durations=10"]),
+                       "--durations=10",
+                       f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {SDK}",
+                       f"{KUBECONFIG} && pytest {CLUSTER_TESTS} "
+                       + " ".join(f"--ignore={p}" for p in [TENANCY, INVALID, *SDK.split()])]),
         Lane("tenancy", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {TENANCY} {INVALID}"]),
-    ]),
-    Stage("faults", "the fault matrix breaks the stack one fault at a time, so nothing else uses that cluster; it "
-                    "mostly waits (65% of the machine idle on 2026-11-27), so the helm lane's cluster and the "
-                    "CPU-bound offline tests run beside it", [
-        Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider"]),
         # A bare cluster of its own: the `bare` tests, then molecule `helm` from a fresh bundle (the
         # controllers as real pods), then down (it fails if the node leaves a link or cgroup behind).
         Lane("helm", ["mpiplat cluster down",
@@ -86,12 +96,6 @@ STAGES = [
         Lane("offline", ["make --no-print-directory lint",
                          "MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
              env={"KUBECONFIG": None}),  # never a cluster's
-    ]),
-    Stage("cluster-tests", "the other `cluster` tests share the cluster, not objects: two processes (some of their "
-                           "jobs fail, so not beside the suite's MON-01)", [
-        Lane("sdk", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {SDK}"]),
-        Lane("others", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} "
-                        + " ".join(f"--ignore={p}" for p in [TENANCY, INVALID, *SDK.split()])]),
     ]),
     Stage("last", "the test that stops the cluster", [
         Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"]),

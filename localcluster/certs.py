@@ -1,4 +1,4 @@
-"""Local certificates: a CA and one serving certificate for webhooks on 127.0.0.1; client
+"""Local certificates: a CA and one serving certificate for the controllers' webhooks and metrics; client
 certificates for the real node (kubelet, kube-proxy, and the API server's client to the kubelet)."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ def _key_pem(key) -> bytes:
                              serialization.NoEncryption())
 
 
-def ensure(directory: Path) -> Path:
-    """Create ca.crt, tls.crt and tls.key in `directory` unless they exist. Returns ca.crt."""
+def ensure(directory: Path, address: str = "127.0.0.1") -> Path:
+    """Create ca.crt, tls.crt and tls.key in `directory` unless they exist, serving `address`. Returns ca.crt."""
     ca_path, crt_path, key_path = (directory / n for n in ("ca.crt", "tls.crt", "tls.key"))
     if ca_path.exists() and crt_path.exists() and key_path.exists():
         return ca_path
@@ -42,11 +42,11 @@ def ensure(directory: Path) -> Path:
 
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, address)]))
             .issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
             .add_extension(x509.SubjectAlternativeName([
-                x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+                x509.IPAddress(ipaddress.ip_address(address)), x509.DNSName("localhost")]),
                 critical=False)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
                            critical=False)

@@ -13,14 +13,13 @@ checkout (it builds the control plane from source); without one it stops with a 
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import jinja2
 import yaml
 
 from mpiplat.localcluster import build, realnode
-from mpiplat.localcluster.processes import Controller, conf_dir, controller
+from mpiplat.localcluster.processes import Controller, address, conf_dir, controller
 from mpiplat.localcluster.state import ClusterError, control_plane_ports, state_dir
 from mpiplat.localcluster.webhooks import docs
 from mpiplat.versions import Component, module_dir
@@ -29,7 +28,6 @@ CHECKOUT = Path(__file__).resolve().parents[1]  # localcluster/ lives at the top
 KUEUE_TEMPLATE = "roles/kueue/templates/manager-config.yaml.j2"
 KUEUE_DEFAULTS = "roles/kueue/defaults/main.yml"
 LOCAL_VARS = "inventories/local/group_vars/all/main.yml"
-KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
 MONITORING_TEMPLATE = "roles/monitoring/templates/alerts.rules.yml.j2"
 MONITORING_DEFAULTS = "roles/monitoring/defaults/main.yml"
 PROMETHEUS_SA = ("kube-system", "mpiplat-prometheus")
@@ -124,9 +122,9 @@ def render_role_template(rel: str, variables: dict) -> dict:
 def kueue_host_settings(ctl: Controller, pki: Path) -> dict:
     """What differs for Kueue as a host process: where it listens, its certificate, one replica."""
     return {
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{ctl.health_port}"},
-        "metrics": {"bindAddress": f"127.0.0.1:{ctl.metrics_port}"},
-        "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port, "certDir": str(pki)},
+        "health": {"healthProbeBindAddress": f"{address()}:{ctl.health_port}"},
+        "metrics": {"bindAddress": f"{address()}:{ctl.metrics_port}"},
+        "webhook": {"host": address(), "port": ctl.webhook_port, "certDir": str(pki)},
         "internalCertManagement": {"enable": False},  # our certificate is in certDir
         "leaderElection": {"leaderElect": False},
         "featureGates": {"VisibilityOnDemand": False},  # needs an APIService backed by a Service
@@ -142,26 +140,6 @@ def _merge(base: dict, over: dict) -> dict:
 
 def kueue_config(ctl: Controller, pki: Path) -> dict:
     return _merge(render_role_template(KUEUE_TEMPLATE, kueue_vars()), kueue_host_settings(ctl, pki))
-
-
-def install_kueue_metrics_certs(pki: Path) -> None:
-    """Kueue reads its metrics certificate from a fixed path: put ours there unless one is."""
-    if (KUEUE_METRICS_CERTS / "tls.crt").exists():
-        return
-    try:
-        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
-        for f in ("tls.crt", "tls.key"):
-            shutil.copy2(pki / f, KUEUE_METRICS_CERTS / f)
-    except PermissionError as err:
-        raise ClusterError(f"cannot write {KUEUE_METRICS_CERTS} (Kueue reads its metrics certificate from that "
-                           "fixed path): create it writable by you, or run `mpiplat cluster up` as root") from err
-
-
-def remove_kueue_metrics_certs(pki: Path) -> None:
-    """Remove the metrics certificate if it is ours."""
-    ours, theirs = pki / "tls.crt", KUEUE_METRICS_CERTS / "tls.crt"
-    if ours.is_file() and theirs.is_file() and ours.read_bytes() == theirs.read_bytes():
-        shutil.rmtree(KUEUE_METRICS_CERTS, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- Prometheus
@@ -203,11 +181,11 @@ def prometheus_config(ctl: Controller) -> dict:
     monitoring_scrape_interval, and evaluate the rule file as often."""
     confdir = conf_dir(ctl)
     interval = role_vars(MONITORING_DEFAULTS, "monitoring_")["monitoring_scrape_interval"]
-    secure = {"scheme": "https", "tls_config": {"insecure_skip_verify": True},  # loopback only
+    secure = {"scheme": "https", "tls_config": {"insecure_skip_verify": True},  # this host only
               "authorization": {"credentials_file": str(confdir / "token")}}
 
-    def job(name: str, port: int, host: str = "127.0.0.1", **kw) -> dict:
-        return {"job_name": name, **kw, "static_configs": [{"targets": [f"{host}:{port}"]}]}
+    def job(name: str, port: int, host: str = "", **kw) -> dict:
+        return {"job_name": name, **kw, "static_configs": [{"targets": [f"{host or address()}:{port}"]}]}
 
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
@@ -233,9 +211,9 @@ def controller_config(ctl: Controller, pki: Path) -> dict | None:
         return {
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
             "kind": "Configuration",
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{ctl.health_port}"},
-            "metrics": {"bindAddress": f"127.0.0.1:{ctl.metrics_port}"},
-            "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port, "certDir": str(pki)},
+            "health": {"healthProbeBindAddress": f"{address()}:{ctl.health_port}"},
+            "metrics": {"bindAddress": f"{address()}:{ctl.metrics_port}"},
+            "webhook": {"host": address(), "port": ctl.webhook_port, "certDir": str(pki)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
             "clientConnection": dict(CLIENT_CONNECTION),
@@ -246,9 +224,9 @@ def controller_config(ctl: Controller, pki: Path) -> dict | None:
         return {
             "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
             "kind": "Configuration",
-            "webhook": {"host": "127.0.0.1", "port": ctl.webhook_port},
+            "webhook": {"host": address(), "port": ctl.webhook_port},
             "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{ctl.health_port}"},
+            "health": {"healthProbeBindAddress": f"{address()}:{ctl.health_port}"},
             "certManagement": {"enable": False},
         }
     return None

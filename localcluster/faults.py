@@ -33,7 +33,7 @@ import yaml
 from mpiplat.jobs import ROLE_LABEL
 from mpiplat.localcluster import configs, images, processes, realnode
 from mpiplat.localcluster.kubectl import kubectl
-from mpiplat.localcluster.state import ClusterError, kubeconfig_path, kwok_cluster_dir, log_file, state_dir
+from mpiplat.localcluster.state import ClusterError, kwok_cluster_dir, log_file, state_dir
 
 TEAM = "team-a"  # the first team of conformance/settings/local.yml: the rows that read a team read this one
 VIEWER_ROLE = "mpijob-viewer"  # the tenancy role's viewer ClusterRole (tenancy_cluster_roles.viewer)
@@ -213,7 +213,7 @@ def start_controller(name: str, config: dict | None = None) -> None:
     ctl = processes.controller(name)
     pki = state_dir() / "pki"
     processes.stop(ctl)
-    processes.start(ctl, kubeconfig_path(), pki, config if config is not None else configs.controller_config(ctl, pki))
+    processes.start(ctl, pki, config if config is not None else configs.controller_config(ctl, pki))
     _wait_controller(ctl)
 
 
@@ -361,12 +361,17 @@ KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
 KUBE_ROUTER_IPSETS = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
 
 
+def _node_net(*argv: str) -> subprocess.CompletedProcess:
+    """Run a command in the network namespace of the cluster's node (the host's for the default cluster)."""
+    return subprocess.run([*processes.in_node_net(), *argv], capture_output=True, text=True, check=True)
+
+
 def _iptables_save() -> str:
-    return subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True, check=True).stdout
+    return _node_net("iptables-save", "-t", "filter").stdout
 
 
 def kube_router_firewall_off() -> None:
-    """Remove kube-router's NetworkPolicy firewall from the host while kube-router is stopped: the jumps from
+    """Remove kube-router's NetworkPolicy firewall from the node while kube-router is stopped: the jumps from
     the built-in chains, its chains and its ipsets. (Its --cleanup-config also flushes every IPVS table and
     destroys every ipset of the host, so this removes only what is kube-router's.) kube-router programs it
     all again when it starts."""
@@ -374,15 +379,15 @@ def kube_router_firewall_off() -> None:
     for line in rules:
         if line.startswith("-A ") and " -j " in line and line.split()[1] in ("INPUT", "FORWARD", "OUTPUT") \
                 and line.rsplit(" -j ", 1)[1].split()[0].startswith(KUBE_ROUTER_CHAINS):
-            subprocess.run(["iptables", "-t", "filter", "-D", *shlex.split(line[3:])], capture_output=True, check=True)
+            _node_net("iptables", "-t", "filter", "-D", *shlex.split(line[3:]))
     chains = [line[1:].split()[0] for line in rules if line.startswith(":") and line[1:].startswith(KUBE_ROUTER_CHAINS)]
     for flag in ("-F", "-X"):
         for chain in chains:
-            subprocess.run(["iptables", "-t", "filter", flag, chain], capture_output=True, check=True)
-    sets = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=True).stdout.split()
+            _node_net("iptables", "-t", "filter", flag, chain)
+    sets = _node_net("ipset", "list", "-n").stdout.split()
     for name in sets:
         if name.startswith(KUBE_ROUTER_IPSETS):
-            subprocess.run(["ipset", "destroy", name], capture_output=True, check=True)
+            _node_net("ipset", "destroy", name)
 
 
 @dataclass
@@ -561,7 +566,7 @@ class WorkerMemoryCapped(Fault):
 
 def _pod_cgroups(uid: str) -> list[Path]:
     """The memory cgroup directories of a pod (cgroup v1, the kubelet's cgroupfs driver)."""
-    root = Path("/sys/fs/cgroup/memory/kubepods")
+    root = Path(f"/sys/fs/cgroup/memory{realnode.network().cgroup_root}/kubepods")
     return [p for p in root.glob(f"**/pod{uid}") if p.is_dir()] if root.is_dir() else []
 
 

@@ -24,6 +24,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from mpiplat.localcluster.state import VETH_PREFIX
+
 SYSCTLS = (
     "kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory", "vm.panic_on_oom",
     "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
@@ -43,7 +45,7 @@ TABLES = ("filter", "nat", "mangle", "raw")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_TOPS = ("kubepods", "kubepods.slice")
 LINK_PREFIXES = ("veth", "mpiplat", "kube-")
-OTHER_NODE_LINKS = "mpnode"  # host ends of other clusters' nodes' veth pairs
+OTHER_NODE_LINKS = VETH_PREFIX  # host ends of other clusters' nodes' veth pairs
 
 
 def _sysctl_path(name: str) -> Path:

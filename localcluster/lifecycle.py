@@ -2,7 +2,8 @@
 
 `up` creates (or restarts, or reuses) the control plane with kwokctl, then, unless bare, the
 restricted-v2 emulation (scc); it adds the fake nodes, then, unless bare, the upstream CRDs, the
-host-run controllers, their webhook configurations and Trainer's runtimes.
+host-run controllers, their webhook configurations and Trainer's runtimes. Another cluster
+(MPIPLAT_CLUSTER) runs its controllers in its real node's network namespace (see processes).
 """
 
 from __future__ import annotations
@@ -152,6 +153,11 @@ def _control_plane(comps, start: float, real: bool) -> None:
     _say(f"  kube-apiserver ready ({time.monotonic() - start:.1f}s)")
 
 
+def _controllers_marker() -> Path:
+    """Exists once `up` has started the controllers (not bare): `status` expects them."""
+    return state_dir() / "controllers"
+
+
 def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True, image_registry: str = "") -> None:
     """Start (or reuse) the cluster. bare: control plane and nodes only, no upstream CRDs or
     controllers, for installing the upstream components with Helm (molecule scenario `helm`).
@@ -160,10 +166,10 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
     from mpiplat.localcluster import images
 
     start = time.monotonic()
-    if not bare and instance() != DEFAULT_INSTANCE:
-        raise ClusterError(f"MPIPLAT_CLUSTER={instance()}: only the default cluster ({DEFAULT_INSTANCE}) runs the "
-                           "host controllers (their ports are fixed); start this one with --bare")
     real = real_node
+    if not bare and not real and instance() != DEFAULT_INSTANCE:
+        raise ClusterError(f"MPIPLAT_CLUSTER={instance()}: another cluster's controllers run in its real node's "
+                           "network namespace: drop --no-real-node, or start it with --bare")
     if image_registry and not REGISTRY.fullmatch(image_registry):
         raise ClusterError(f"--image-registry {image_registry!r} is not a registry: give host[:port][/path], "
                            "e.g. mirror.example.com/mpiplat, without a scheme")
@@ -210,14 +216,14 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
     _say(f"  CRDs: {len(crd_objs)} established")
 
     pki = state_dir() / "pki"
-    ca = certs.ensure(pki)
-    configs.install_kueue_metrics_certs(pki)
+    ca = certs.ensure(pki, processes.address())
     apply(configs.prometheus_rbac())
     ns, name = configs.PROMETHEUS_SA
     configs.write_prometheus_files(kubectl("create", "token", name, f"--namespace={ns}",
                                            "--duration=8760h").stdout.strip())
+    _controllers_marker().touch()
     for ctl in processes.CONTROLLERS:
-        processes.start(ctl, kubeconfig_path(), pki, configs.controller_config(ctl, pki))
+        processes.start(ctl, pki, configs.controller_config(ctl, pki))
     _wait_controllers(start)
     apply(webhooks.webhook_configs(comps, ca.read_bytes()))
     runtimes = webhooks.training_runtimes(comps)
@@ -246,7 +252,7 @@ def down() -> None:
     if busy:
         raise ClusterError(f"ports {busy} still in use after `mpiplat cluster down`: find the process with "
                            "`ss -ltnp`, stop it, then run `mpiplat cluster down` again")
-    configs.remove_kueue_metrics_certs(state_dir() / "pki")
+    processes.remove_kueue_metrics_certs()
     shutil.rmtree(state_dir(), ignore_errors=True)
     _say("cluster down: no process or port left")
 
@@ -258,7 +264,7 @@ def status() -> dict:
         pid = processes.read_pid(kwok_cluster_dir() / "pids" / f"{name}.pid")
         comps[name] = {"running": bool(pid and processes.alive(pid)), "pid": pid}
     comps["kube-apiserver"]["healthy"] = comps["kube-apiserver"]["running"] and _apiserver_ready()
-    for ctl in processes.CONTROLLERS if instance() == DEFAULT_INSTANCE else ():  # the others are bare
+    for ctl in processes.CONTROLLERS if _controllers_marker().exists() else ():  # none when bare
         pid = processes.read_pid(processes.pid_file(ctl))
         running = bool(pid and processes.alive(pid))
         comps[ctl.name] = {"running": running, "pid": pid, "healthy": running and processes.http_ok(ctl.health_url),

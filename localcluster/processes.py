@@ -1,7 +1,10 @@
 """The upstream controllers, kube-state-metrics and Prometheus as host processes: which ports they use,
 starting, stopping, health.
 
-Each controller's pid is in <state>/pids/<name>.pid and its output in <state>/logs/<name>.log.
+Each controller's pid is in <state>/pids/<name>.pid and its output in <state>/logs/<name>.log. The default
+cluster's listen on 127.0.0.1. Another cluster's (MPIPLAT_CLUSTER) run in its real node's network namespace
+and listen on that namespace's address (`address()`), so each cluster has the same ports, its own; there they
+reach the API server at its advertised address.
 """
 
 from __future__ import annotations
@@ -21,24 +24,30 @@ import yaml
 
 from mpiplat.localcluster import build
 from mpiplat.localcluster.state import (
-    DEFAULT_INSTANCE,
     ClusterError,
+    all_state_dirs,
     control_plane_ports,
     instance,
+    kubeconfig_path,
     log_file,
+    network,
+    node_ns_pid_file,
     state_dir,
 )
+
+LOOPBACK = "127.0.0.1"
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
 
 
 @dataclass(frozen=True)
 class Controller:
-    """One upstream controller run as a host process, listening on 127.0.0.1 only."""
+    """One upstream controller run as a host process, listening on `address()` only."""
 
     name: str  # also the binary's name
     component: str  # entry in versions.yml
     health_port: int
     health_path: str = "/readyz"
-    webhook_port: int | None = None  # serves https://127.0.0.1:PORT when set
+    webhook_port: int | None = None  # serves https://ADDRESS:PORT when set
     metrics_port: int | None = None
 
     @property
@@ -48,17 +57,17 @@ class Controller:
 
     @property
     def health_url(self) -> str:
-        return f"http://127.0.0.1:{self.health_port}{self.health_path}"
+        return f"http://{address()}:{self.health_port}{self.health_path}"
 
     def argv(self, kubeconfig: Path, confdir: Path) -> list[str]:
         if self.name == "prometheus":  # Debian's package, as promtool
             return [debian_prometheus(), f"--config.file={confdir / 'config.yaml'}",
                     f"--storage.tsdb.path={confdir / 'data'}", "--storage.tsdb.retention.time=1d",
-                    f"--web.listen-address=127.0.0.1:{self.health_port}", "--web.enable-lifecycle"]
+                    f"--web.listen-address={address()}:{self.health_port}", "--web.enable-lifecycle"]
         exe = str(build.binary(self.name))
         if self.name == "kube-state-metrics":  # health: its own telemetry port
-            return [exe, f"--kubeconfig={kubeconfig}", "--host=127.0.0.1", f"--port={self.metrics_port}",
-                    "--telemetry-host=127.0.0.1", f"--telemetry-port={self.health_port}",
+            return [exe, f"--kubeconfig={kubeconfig}", f"--host={address()}", f"--port={self.metrics_port}",
+                    f"--telemetry-host={address()}", f"--telemetry-port={self.health_port}",
                     f"--resources={','.join(KUBE_STATE_RESOURCES)}"]
         if self.name == "mpi-operator":  # flags only; health is fixed upstream on :8080
             return [exe, f"--kubeConfig={kubeconfig}", "--lock-namespace=mpi-operator",
@@ -92,9 +101,52 @@ def debian_prometheus() -> str:
     return exe
 
 
+def address() -> str:
+    """Where this cluster's controllers listen: 127.0.0.1, or the address of its node's network namespace."""
+    net = network()
+    return net.peer_ip if net.netns else LOOPBACK
+
+
+def prometheus_url() -> str:
+    """This cluster's Prometheus (conformance/settings/local.yml names the default cluster's)."""
+    return f"http://{address()}:{controller('prometheus').health_port}"
+
+
+def node_ns_pid() -> int:
+    """The pid of the process holding the namespaces of this cluster's node (netns only)."""
+    pid = running_pid(node_ns_pid_file())
+    if not pid:
+        raise ClusterError(f"the namespaces of the real node of cluster {instance()} are gone: run "
+                           "`mpiplat cluster down`, then `mpiplat cluster up` again")
+    return pid
+
+
+def in_node_net() -> list[str]:
+    """argv prefix that runs a command in the network namespace of this cluster's node and controllers."""
+    return ["nsenter", f"--target={node_ns_pid()}", "--net", "--"] if network().netns else []
+
+
+def controllers_kubeconfig() -> Path:
+    """The kubeconfig the controllers use: the cluster's own, or, in a node's network namespace, a copy
+    that reaches the API server at its advertised address."""
+    net = network()
+    if not net.netns:
+        return kubeconfig_path()
+    conf = yaml.safe_load(kubeconfig_path().read_text())
+    for entry in conf.get("clusters", []):
+        entry["cluster"]["server"] = f"https://{net.api_ip}:{control_plane_ports()['kube-apiserver']}"
+    path, text = state_dir() / "controllers.kubeconfig", yaml.safe_dump(conf)
+    if not path.is_file() or path.read_text() != text:  # a running controller may read it now: replace whole
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o600)
+        tmp.replace(path)
+    return path
+
+
 def all_ports() -> list[int]:
-    """Every port this instance listens on (only the default one runs the host controllers)."""
-    controllers = {p for c in CONTROLLERS for p in c.ports} if instance() == DEFAULT_INSTANCE else set()
+    """Every host port this instance listens on (another's controllers listen in their own namespace)."""
+    controllers = set() if network().netns else {p for c in CONTROLLERS for p in c.ports}
     return sorted(set(control_plane_ports().values()) | controllers)
 
 
@@ -156,22 +208,23 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def port_open(port: int) -> bool:
+def port_open(port: int, host: str = LOOPBACK) -> bool:
     with socket.socket() as s:
         s.settimeout(0.3)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
-def start(ctl: Controller, kubeconfig: Path, pki: Path, config: dict | None) -> None:
+def start(ctl: Controller, pki: Path, config: dict | None) -> None:
     """Start a controller unless it runs; `config` is written to <state>/<name>/config.yaml."""
     if running_pid(pid_file(ctl)):
         return
-    busy = [p for p in ctl.ports if port_open(p)]
+    busy = [p for p in ctl.ports if port_open(p, address())]
     if busy:
         raise ClusterError(f"cannot start {ctl.name}: port(s) {busy} already in use by another process; "
                            "free them (`ss -ltnp` shows which) or run `mpiplat cluster down`")
     confdir = conf_dir(ctl)
     confdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = controllers_kubeconfig()
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     if config is not None:
         (confdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -182,11 +235,13 @@ def start(ctl: Controller, kubeconfig: Path, pki: Path, config: dict | None) -> 
         for f in ("tls.crt", "tls.key"):
             shutil.copy2(pki / f, certdir / f)
         env["TMPDIR"] = str(confdir / "tmp")
+    if ctl.name == "kueue":
+        install_kueue_metrics_certs(pki)
     log = log_file(ctl.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     pid_file(ctl).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        proc = subprocess.Popen(ctl.argv(kubeconfig, confdir), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([*in_node_net(), *ctl.argv(kubeconfig, confdir)], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=confdir, env=env, start_new_session=True)
     pid_file(ctl).write_text(str(proc.pid))
 
@@ -247,3 +302,30 @@ def rss_mib(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+# ---------------------------------------------------------------- Kueue's metrics certificate
+
+def install_kueue_metrics_certs(pki: Path) -> None:
+    """Kueue reads its metrics certificate from a fixed path: put ours there unless one is (another local
+    cluster's does as well: Prometheus does not verify it)."""
+    if (KUEUE_METRICS_CERTS / "tls.crt").exists():
+        return
+    try:
+        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        for f in ("tls.crt", "tls.key"):
+            shutil.copy2(pki / f, KUEUE_METRICS_CERTS / f)
+    except PermissionError as err:
+        raise ClusterError(f"cannot write {KUEUE_METRICS_CERTS} (Kueue reads its metrics certificate from that "
+                           "fixed path): create it writable by you, or run `mpiplat cluster up` as root") from err
+
+
+def remove_kueue_metrics_certs() -> None:
+    """Remove the metrics certificate if a local cluster put it there and no other cluster's Kueue runs."""
+    theirs = KUEUE_METRICS_CERTS / "tls.crt"
+    others = [d for d in all_state_dirs() if d != state_dir()]
+    if not theirs.is_file() or any(running_pid(d / "pids" / "kueue.pid") for d in others):
+        return
+    ours = [d / "pki" / "tls.crt" for d in all_state_dirs()]
+    if any(c.is_file() and c.read_bytes() == theirs.read_bytes() for c in ours):
+        shutil.rmtree(KUEUE_METRICS_CERTS, ignore_errors=True)

@@ -28,7 +28,6 @@ import shutil
 import socket
 import subprocess
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +37,14 @@ import yaml
 from mpiplat.localcluster import build, certs, hoststate, processes, scc
 from mpiplat.localcluster.kubectl import apply, kubectl
 from mpiplat.localcluster.state import (
-    DEFAULT_INSTANCE,
     ClusterError,
+    Network,
     control_plane_ports,
     instance,
     kwok_cluster_dir,
     log_file,
+    network,
+    node_ns_pid_file,
     state_dir,
 )
 
@@ -63,28 +64,6 @@ CNI_BIN = "/usr/lib/cni"
 # What a node in its own namespaces mounts a tmpfs on: the paths kubelet, containerd and libcni use
 # whatever their flags (see hoststate.HOST_PATHS) are under them, and none of them is needed there.
 PRIVATE_MOUNTS = ("/run", "/var/lib", "/var/log")
-VETH_PREFIX = hoststate.OTHER_NODE_LINKS  # host end of the veth pair into a node's network namespace
-
-
-@dataclass(frozen=True)
-class Network:
-    """Where this cluster's node lives: `netns` False for the host's network namespace."""
-
-    netns: bool
-    pod_subnet: str
-    node_ip: str  # the bridge's address: node IP, kubelet and health endpoints
-    api_ip: str  # the API server's advertised address, as the node and its pods reach it
-    veth: str = ""  # host end of the pair into the namespace (netns only)
-    peer_ip: str = ""  # the namespace's end of it
-    cgroup_root: str = ""  # the kubelet's cgroupRoot (netns only)
-
-
-def network() -> Network:
-    if instance() == DEFAULT_INSTANCE:
-        return Network(False, "10.244.0.0/24", "10.244.0.1", "10.244.0.1")
-    n = 1 + zlib.crc32(instance().encode()) % 250
-    return Network(True, f"10.244.{n}.0/24", f"10.244.{n}.1", f"10.245.{n}.1", veth=f"{VETH_PREFIX}{n}",
-                   peer_ip=f"10.245.{n}.2", cgroup_root=f"/mpiplat-{instance()}")
 
 
 def node_dir() -> Path:
@@ -455,25 +434,12 @@ def record_host() -> None:
 
 # ---------------------------------------------------------------- a node in its own namespaces
 
-def _ns_pid_file() -> Path:
-    return state_dir() / "pids" / "node-ns.pid"
-
-
-def _ns_pid() -> int:
-    """The pid of the process holding the node's namespaces."""
-    pid = processes.running_pid(_ns_pid_file())
-    if not pid:
-        raise ClusterError(f"the namespaces of node {NAME} of cluster {instance()} are gone: run "
-                           "`mpiplat cluster down`, then `mpiplat cluster up` again")
-    return pid
-
-
 def _enter(mount: bool = True) -> list[str]:
     """argv prefix that runs a command in the node's namespaces (nothing for the host's)."""
     if not network().netns:
         return []
     mnt = ["--mount", f"--wd={node_dir()}"] if mount else []
-    return ["nsenter", f"--target={_ns_pid()}", "--net", *mnt, "--"]
+    return ["nsenter", f"--target={processes.node_ns_pid()}", "--net", *mnt, "--"]
 
 
 def _link_exists(ns: list[str], link: str) -> bool:
@@ -483,7 +449,7 @@ def _link_exists(ns: list[str], link: str) -> bool:
 def _namespaces() -> None:
     """Start the process that holds the node's network and mount namespaces, with a tmpfs of
     its own on each of PRIVATE_MOUNTS, unless it runs."""
-    pidf = _ns_pid_file()
+    pidf = node_ns_pid_file()
     if processes.running_pid(pidf):
         return
     pidf.parent.mkdir(parents=True, exist_ok=True)
@@ -514,7 +480,8 @@ def _veth(net: Network) -> None:
     a route to the node's pods through it, and the namespace's default route back."""
     ns = _enter(mount=False)
     if not _link_exists([], net.veth):
-        _sh("ip", "link", "add", net.veth, "type", "veth", "peer", "name", "eth0", "netns", str(_ns_pid()))
+        _sh("ip", "link", "add", net.veth, "type", "veth", "peer", "name", "eth0", "netns",
+            str(processes.node_ns_pid()))
     _address([], net.veth, f"{net.api_ip}/30")
     _address(ns, "eth0", f"{net.peer_ip}/30")
     for link in ("lo", "eth0"):
@@ -755,7 +722,7 @@ def down(say: Callable[[str], None]) -> None:
 def _down_namespaces(kernel: dict[str, str] | None, say: Callable[[str], None]) -> None:
     """Stop the process holding the node's namespaces (the veth pair goes with them), remove its
     cgroup root, write back the kernel-wide sysctls when `kernel` has them."""
-    net, pidf = network(), _ns_pid_file()
+    net, pidf = network(), node_ns_pid_file()
     pid = processes.running_pid(pidf)
     if pid:
         processes.stop_pid(pid, grace=2)

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from mpiplat.jobs import restricted_runtime
-from mpiplat.localcluster.processes import CONTROLLERS
+from mpiplat.localcluster.processes import CONTROLLERS, address
 from mpiplat.localcluster.state import ClusterError
 from mpiplat.versions import Component, VersionsError, module_dir
 
@@ -56,7 +56,7 @@ def _keep_webhook(component: str, path: str) -> bool:
 
 
 def webhook_configs(comps: dict[str, Component], ca: bytes) -> list[dict]:
-    """Upstream webhook configurations rewritten to url-based clientConfig on 127.0.0.1."""
+    """Upstream webhook configurations rewritten to url-based clientConfig at the controllers' address."""
     bundle = base64.b64encode(ca).decode()
     out = []
     for ctl in CONTROLLERS:
@@ -69,7 +69,7 @@ def webhook_configs(comps: dict[str, Component], ca: bytes) -> list[dict]:
                 path = hook["clientConfig"]["service"]["path"]
                 if not _keep_webhook(comp.name, path):
                     continue
-                hook["clientConfig"] = {"url": f"https://127.0.0.1:{ctl.webhook_port}{path}",
+                hook["clientConfig"] = {"url": f"https://{address()}:{ctl.webhook_port}{path}",
                                         "caBundle": bundle}
                 hook["timeoutSeconds"] = 10
                 hooks.append(hook)

@@ -183,6 +183,24 @@ def test_the_mpijob_launcher_names_the_workers_that_never_answer_then_lets_mpiru
 
 
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
+def test_the_mpijob_launcher_waits_at_most_its_seconds_when_each_try_is_slow(tmp_path, monkeypatch):
+    """The cluster's DNS down: each name lookup times out, so each try takes seconds. The wait is bounded by
+    LAUNCHER_SSH_WAIT_S seconds as well as tries: at 3, a slow worker gets two tries of 2 s, not three, and
+    the next one try."""
+    monkeypatch.setattr(jobs, "LAUNCHER_SSH_WAIT_S", 3)
+    env = _ssh_bin(tmp_path, "a slots=1\nb slots=1\n", {"a": -1, "b": -1})
+    (tmp_path / "bin" / "ssh").write_text(
+        f'#!/bin/sh\nf={tmp_path}/tries; echo $(( $(cat "$f" 2>/dev/null || echo 0) + 1 )) > "$f"\n'
+        f'{shutil.which("sleep")} 2\necho "ssh: Could not resolve hostname: Temporary failure in name resolution" >&2\n'
+        'exit 255\n')
+    done = _mpijob_launch(env)
+    assert done.returncode == 0 and done.stdout.split()[0] == "ran"
+    assert (tmp_path / "tries").read_text().strip() == "3"  # a twice (4 s > 3), then b once
+    assert [line for line in done.stderr.splitlines() if line.startswith("mpiplat:")] == [
+        "mpiplat: worker a did not answer over SSH", "mpiplat: worker b did not answer over SSH"]
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
 def test_the_mpijob_launcher_stops_waiting_when_ssh_cannot_succeed(tmp_path):
     """No passwd entry for the launcher's uid (an image that is not made for OpenShift's arbitrary UIDs): ssh fails
     the same way every time, so the launcher does not wait out LAUNCHER_SSH_WAIT_S, and fails without mpirun

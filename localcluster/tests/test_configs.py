@@ -243,7 +243,7 @@ def test_a_busy_port_names_it_and_what_to_do(state, tmp_path):
         port = s.getsockname()[1]
         ctl = processes.Controller("kueue", "kueue", health_port=port)
         with pytest.raises(ClusterError) as err:
-            processes.start(ctl, tmp_path / "kubeconfig", tmp_path / "pki", None)
+            processes.start(ctl, tmp_path / "pki", None)
     assert _first_line(err.value).startswith(f"cannot start kueue: port(s) [{port}] already in use")
     assert "run `mpiplat cluster down`" in _first_line(err.value)
 
@@ -295,14 +295,14 @@ def test_a_wait_that_times_out_names_the_log_and_the_retry(tmp_path):
 
 
 def test_an_unwritable_kueue_metrics_cert_dir_says_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setattr(configs, "KUEUE_METRICS_CERTS", tmp_path / "etc" / "kueue")
+    monkeypatch.setattr(processes, "KUEUE_METRICS_CERTS", tmp_path / "etc" / "kueue")
 
     def denied(*_):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(configs.shutil, "copy2", denied)
+    monkeypatch.setattr(processes.shutil, "copy2", denied)
     with pytest.raises(ClusterError) as err:
-        configs.install_kueue_metrics_certs(tmp_path / "pki")
+        processes.install_kueue_metrics_certs(tmp_path / "pki")
     assert _first_line(err.value) == (f"cannot write {tmp_path / 'etc' / 'kueue'} (Kueue reads its metrics "
                                       "certificate from that fixed path): create it writable by you, or run "
                                       "`mpiplat cluster up` as root")

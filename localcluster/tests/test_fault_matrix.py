@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from mpiplat.conformance import settings
-from mpiplat.localcluster import cluster, faults
+from mpiplat.localcluster import cluster, faults, processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 
@@ -37,9 +37,10 @@ def before(kube) -> dict:
 def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0) -> tuple[subprocess.CompletedProcess,
                                                                                            dict]:
     """The conformance suite's cluster profile, only `requirements`, against the local cluster, with the
-    local settings and their timeouts.wait_scale set to `wait_scale`."""
+    local settings, this cluster's Prometheus and timeouts.wait_scale set to `wait_scale`."""
     local = yaml.safe_load(settings.LOCAL.read_text())
     local["timeouts"] = {**local.get("timeouts", {}), "wait_scale": wait_scale}
+    local["prometheus"] = {**local["prometheus"], "url": processes.prometheus_url()}  # this cluster's
     path = report_dir / "settings.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(local))

@@ -164,10 +164,22 @@ def test_bad_instance_names_are_refused(monkeypatch, name):
         cluster.state_dir()
 
 
-def test_only_the_default_instance_runs_the_controllers(monkeypatch):
-    monkeypatch.setenv("MPIPLAT_CLUSTER", "helm")
-    with pytest.raises(cluster.ClusterError, match="start this one with --bare"):
-        cluster.up()
+def test_another_clusters_controllers_need_its_real_node(monkeypatch):
+    monkeypatch.setenv("MPIPLAT_CLUSTER", "faults")
+    with pytest.raises(cluster.ClusterError, match="drop --no-real-node, or start it with --bare"):
+        cluster.up(real_node=False)
+
+
+def test_another_clusters_controllers_listen_in_its_nodes_namespace(monkeypatch):
+    monkeypatch.setenv("MPIPLAT_CLUSTER", "faults")
+    net = realnode.network()
+    assert processes.address() == net.peer_ip
+    assert processes.prometheus_url() == f"http://{net.peer_ip}:31188"
+    assert processes.controller("kueue").health_url == f"http://{net.peer_ip}:31174/readyz"
+    assert processes.all_ports() == sorted(cluster.control_plane_ports().values())  # the others are in the netns
+    monkeypatch.delenv("MPIPLAT_CLUSTER")
+    assert processes.address() == "127.0.0.1"
+    assert processes.prometheus_url() == "http://127.0.0.1:31188"
 
 
 def test_make_setup_installs_the_debian_packages_the_local_cluster_needs():

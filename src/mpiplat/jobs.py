@@ -387,7 +387,8 @@ def security_context(run_as_user: int | None) -> dict:
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-# How many seconds (tries) a launcher waits for its workers to answer over SSH (see launcher_command).
+# How many tries, a second apart, a launcher waits for its workers to answer over SSH, and at most how many
+# seconds (see launcher_command).
 LAUNCHER_SSH_WAIT_S = 30
 # What ssh says when waiting will not help: the launcher's uid has no passwd entry, the worker refused the key,
 # the key is unreadable.
@@ -404,16 +405,18 @@ def launcher_command(implementation: str, np: int, slots: int, program: list[str
     A network plugin programs a new pod's NetworkPolicy rules a moment after the pod starts (kube-router:
     about a second). mpirun started in that moment has its first connections refused and fails at once
     ("ORTE was unable to reliably start one or more daemons"), so the launcher tries `ssh <worker> true`
-    once a second first, at most LAUNCHER_SSH_WAIT_S tries in all; then it runs mpirun anyway, after
+    once a second first, at most LAUNCHER_SSH_WAIT_S tries, or seconds where one try is slow (a name lookup
+    that times out while the cluster's DNS is down), in all; then it runs mpirun anyway, after
     printing ssh's last error for each worker that did not answer, so the diagnosis can name it. An error that
     waiting cannot mend (SSH_FINAL: no user for the launcher's uid, a key refused or unreadable) ends the wait,
     and the launcher then fails without mpirun, which would fail too, or hang (MPICH's and Intel's Hydra)."""
     argv, _ = _LAUNCH[implementation]
     final = "|".join(f'*"{e}"*' for e in SSH_FINAL)
     wait = (f'echo "{LAUNCHER_IDENTITY} $(id -u), gid $(id -g)" >&2; '
-            f'i=0; final=; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
+            f'i=0; t0=$(date +%s); final=; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
             f'until err=$(ssh -o ConnectionAttempts=1 -o ConnectTimeout=2 -o BatchMode=yes {SSH_ARGS} "$h" true '
             '2>&1 >/dev/null); do i=$((i+1)); '
+            f'[ $(($(date +%s) - t0)) -le {LAUNCHER_SSH_WAIT_S} ] || i={LAUNCHER_SSH_WAIT_S}; '
             f'case "$err" in {final}) i={LAUNCHER_SSH_WAIT_S}; final=1;; esac; '
             f'if [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ]; then echo "$err" >&2; '
             'echo "mpiplat: worker $h did not answer over SSH" >&2; break; fi; sleep 1; done; done; '
