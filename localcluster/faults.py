@@ -717,6 +717,10 @@ def matrix() -> list[Fault]:
             "scheduler-ignores-taints", "kube-scheduler restarted with its TaintToleration filter off: it places pods "
             "on tainted nodes whether they tolerate the taint or not", {"SCH-04": ("not held off",)},
             plugins=("TaintToleration",)),
+        SchedulerPluginsOff(
+            "scheduler-ignores-node-selectors", "kube-scheduler restarted with its NodeAffinity filter off: it places "
+            "pods on nodes whether they match their node selector or not", {"SCH-04": ("outside the nodes matching",)},
+            plugins=("NodeAffinity",)),
         NodeProcessStopped(
             "storage-provisioner-stopped", "the real node's local-path-provisioner stopped: no PersistentVolume is "
             "made for a claim", {"JOB-10": ("not Bound", "provisioner")}, process="local-path-provisioner",
