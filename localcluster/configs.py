@@ -19,7 +19,7 @@ import jinja2
 import yaml
 
 from mpiplat.localcluster import build, realnode
-from mpiplat.localcluster.processes import Controller, address, conf_dir, controller
+from mpiplat.localcluster.processes import Controller, address, conf_dir, controller, prometheus_rules_dir
 from mpiplat.localcluster.state import ClusterError, control_plane_ports, state_dir
 from mpiplat.localcluster.webhooks import docs
 from mpiplat.versions import Component, module_dir
@@ -28,7 +28,6 @@ CHECKOUT = Path(__file__).resolve().parents[1]  # localcluster/ lives at the top
 KUEUE_TEMPLATE = "roles/kueue/templates/manager-config.yaml.j2"
 KUEUE_DEFAULTS = "roles/kueue/defaults/main.yml"
 LOCAL_VARS = "inventories/local/group_vars/all/main.yml"
-MONITORING_TEMPLATE = "roles/monitoring/templates/alerts.rules.yml.j2"
 MONITORING_DEFAULTS = "roles/monitoring/defaults/main.yml"
 PROMETHEUS_SA = ("kube-system", "mpiplat-prometheus")
 
@@ -144,11 +143,6 @@ def kueue_config(ctl: Controller, pki: Path) -> dict:
 
 # ---------------------------------------------------------------- Prometheus
 
-def prometheus_rules() -> dict:
-    """The monitoring role's alert rules (its PrometheusRule's spec), rendered with the local values."""
-    return render_role_template(MONITORING_TEMPLATE, role_vars(MONITORING_DEFAULTS, "monitoring_"))
-
-
 def prometheus_rbac() -> list[dict]:
     """Prometheus's identity: a ServiceAccount that may read /metrics (Kueue and JobSet check each scrape's
     token with the API server) and the kubelet's metrics."""
@@ -168,17 +162,16 @@ def prometheus_rbac() -> list[dict]:
 
 
 def write_prometheus_files(token: str) -> None:
-    """Prometheus's rule file and its ServiceAccount token, beside its config."""
+    """Prometheus's ServiceAccount token, beside its config."""
     confdir = conf_dir(controller("prometheus"))
     confdir.mkdir(parents=True, exist_ok=True)
-    (confdir / "rules.yml").write_text(yaml.safe_dump(prometheus_rules(), sort_keys=False))
     (confdir / "token").write_text(token)
     (confdir / "token").chmod(0o600)
 
 
 def prometheus_config(ctl: Controller) -> dict:
     """Scrape the host-run controllers, kube-state-metrics and the real node's kubelet (cAdvisor) every
-    monitoring_scrape_interval, and evaluate the rule file as often."""
+    monitoring_scrape_interval, and evaluate the rule files (rulesync's, from the PrometheusRules) as often."""
     confdir = conf_dir(ctl)
     interval = role_vars(MONITORING_DEFAULTS, "monitoring_")["monitoring_scrape_interval"]
     secure = {"scheme": "https", "tls_config": {"insecure_skip_verify": True},  # this host only
@@ -189,7 +182,7 @@ def prometheus_config(ctl: Controller) -> dict:
 
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "rule_files": [str(confdir / "rules.yml")],
+        "rule_files": [str(prometheus_rules_dir() / "*.yml")],
         "scrape_configs": [
             job("mpi-operator", controller("mpi-operator").metrics_port),
             job("kueue", controller("kueue").metrics_port, **secure),

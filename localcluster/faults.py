@@ -24,6 +24,7 @@ import shlex
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,18 +159,20 @@ class DeletedObjects(Fault):
 
 
 @dataclass
-class CreatedObject(Fault):
-    """An object that must not be there; undo deletes it."""
+class CreatedObjects(Fault):
+    """Objects that must not be there, created in order; undo deletes them."""
 
-    obj: dict = field(default_factory=dict)
+    objs: list[dict] = field(default_factory=list)
 
     def apply(self) -> None:
         self.saved.append(True)
-        kubectl("create", "-f", "-", input=json.dumps(self.obj))
+        for obj in self.objs:
+            kubectl("create", "-f", "-", input=json.dumps(obj))
 
     def undo(self) -> None:
-        meta = self.obj["metadata"]
-        delete(self.obj["kind"], meta["name"], meta.get("namespace"))
+        for obj in reversed(self.objs):
+            meta = obj["metadata"]
+            delete(obj["kind"], meta["name"], meta.get("namespace"))
         self.saved.clear()
 
 
@@ -196,6 +199,38 @@ class ChangedObject(Fault):
         if self.saved:
             replace(self.saved[-1])
             self.saved.clear()
+
+
+@dataclass
+class RuleNotLoaded(ChangedObject):
+    """A PrometheusRule changed so that the cluster's Prometheus drops its `alerts`: apply waits until it has,
+    undo until they are loaded again (the rule sync, like the Prometheus Operator's, follows within seconds)."""
+
+    alerts: tuple[str, ...] = ()
+
+    def _wait(self, loaded: bool) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while (set(self.alerts) <= _loaded_alerts()) != loaded:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"fault {self.name}: Prometheus has {'not loaded' if loaded else 'kept'} the "
+                                   f"alerts {list(self.alerts)} after {WAIT_S}s: see "
+                                   f"{log_file('prometheus-rules')}")
+            time.sleep(0.5)
+
+    def apply(self) -> None:
+        super().apply()
+        self._wait(loaded=False)
+
+    def undo(self) -> None:
+        super().undo()
+        self._wait(loaded=True)
+
+
+def _loaded_alerts() -> set[str]:
+    """The names of the alerting rules the cluster's Prometheus has loaded."""
+    with urllib.request.urlopen(f"{processes.prometheus_url()}/api/v1/rules", timeout=5) as resp:
+        groups = json.load(resp)["data"]["groups"]
+    return {r["name"] for g in groups for r in g["rules"] if r.get("type") == "alerting"}
 
 
 # ---------------------------------------------------------------- controllers and the real node
@@ -599,40 +634,40 @@ def matrix() -> list[Fault]:
             {"ISO-04": ("was admitted", "guardrails"), "JOB-05": ("was admitted", "guardrails"),
              "FAIL-03": ("guardrail is missing",)},
             kind="validatingadmissionpolicybindings", prefix="mpiplat-", wait_scale=0.25),
-        CreatedObject(
+        CreatedObjects(
             "istio-injector-unguarded", "Istio's sidecar injector registered (a MutatingWebhookConfiguration), "
             "the guardrails without their istio-sidecar policy (guardrails_istio false, as locally)",
             {"ISO-04": ("Istio's sidecar injector is registered", "was admitted", "guardrails_istio")},
-            obj={"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-                 "metadata": {"name": "mpiplat-fault-istio-sidecar-injector"},
-                 # Registered, never called: its object selector matches no pod, and its URL serves nothing.
-                 "webhooks": [{"name": "object.sidecar-injector.istio.io", "sideEffects": "None",
-                               "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore",
-                               "clientConfig": {"url": "https://127.0.0.1:9/inject"},
-                               "objectSelector": {"matchLabels": {"mpiplat.io/fault-never": "true"}},
-                               "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                          "resources": ["pods"]}]}]}),
+            objs=[{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                   "metadata": {"name": "mpiplat-fault-istio-sidecar-injector"},
+                   # Registered, never called: its object selector matches no pod, and its URL serves nothing.
+                   "webhooks": [{"name": "object.sidecar-injector.istio.io", "sideEffects": "None",
+                                 "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore",
+                                 "clientConfig": {"url": "https://127.0.0.1:9/inject"},
+                                 "objectSelector": {"matchLabels": {"mpiplat.io/fault-never": "true"}},
+                                 "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                            "resources": ["pods"]}]}]}]),
         ChangedObject(
             "token-automount", f"{TEAM}'s default ServiceAccount mounts API tokens (automountServiceAccountToken true)",
             {"ISO-02": ("API token", "tenancy_automount_service_account_token")},
             kind="serviceaccount", obj_name="default", namespace=TEAM, merge={"automountServiceAccountToken": True}),
-        CreatedObject(
+        CreatedObjects(
             "viewer-bound-to-edit", f"{TEAM}'s viewer (User auditor@example.com) also bound to ClusterRole edit",
             {"ISO-01": ("viewers may", "mpiplat-fault-viewer-edit")},
-            obj={"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                 "metadata": {"name": "mpiplat-fault-viewer-edit", "namespace": TEAM},
-                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                               "name": "auditor@example.com"}]}),
-        CreatedObject(
+            objs=[{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "mpiplat-fault-viewer-edit", "namespace": TEAM},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                 "name": "auditor@example.com"}]}]),
+        CreatedObjects(
             "team-a-members-in-team-b", f"{TEAM}'s users (Group team-a-scientists) also bound to ClusterRole edit in "
             "team-b's namespace",
             {"ISO-01": ("team-a-scientists", "mpiplat-fault-team-a-in-team-b")},
-            obj={"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                 "metadata": {"name": "mpiplat-fault-team-a-in-team-b", "namespace": "team-b"},
-                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                               "name": "team-a-scientists"}]}),
+            objs=[{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "mpiplat-fault-team-a-in-team-b", "namespace": "team-b"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                 "name": "team-a-scientists"}]}]),
         KueueConfigured(
             "kueue-no-waitforpodsready", "Kueue restarted with waitForPodsReady off (feature gate "
             "DisableWaitForPodsReady; since v0.19 it is on unless configured or gated off)",
@@ -666,6 +701,21 @@ def matrix() -> list[Fault]:
             "trainer-stopped", "Trainer's controller manager (and its webhook) stopped",
             {"INS-01": ("trainer", "webhook does not answer"), "JOB-04": ("failed calling webhook",)},
             controller="trainer-controller-manager"),
+        CreatedObjects(
+            "launcher-at-startup", "a MutatingAdmissionPolicy sets every MPIJob's launcherCreationPolicy to AtStartup "
+            "(the operator's default): the launcher starts with the workers, not once they are Ready",
+            {"JOB-12": ("WaitForWorkersReady is not honoured",), "FAIL-02": ("a launcher started",)},
+            objs=[{"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy",
+                   "metadata": {"name": "mpiplat-fault-launcher-at-startup"},
+                   "spec": {"matchConstraints": {"resourceRules": [
+                       {"apiGroups": ["kubeflow.org"], "apiVersions": ["v2beta1"], "operations": ["CREATE"],
+                        "resources": ["mpijobs"]}]},
+                       "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": (
+                           "[JSONPatch{op: 'add', path: '/spec/launcherCreationPolicy', value: 'AtStartup'}]")}}],
+                       "reinvocationPolicy": "Never", "failurePolicy": "Fail"}},
+                  {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicyBinding",
+                   "metadata": {"name": "mpiplat-fault-launcher-at-startup"},
+                   "spec": {"policyName": "mpiplat-fault-launcher-at-startup"}}]),
         ChangedObject(
             "mpijob-v1-crd", "the MPIJob CRD also serves kubeflow.org/v1 (as Training Operator v1 installs it)",
             {"INS-02": ("Training Operator v1",)}, kind="crd", obj_name="mpijobs.kubeflow.org",
@@ -673,15 +723,15 @@ def matrix() -> list[Fault]:
         DeletedObjects(
             "team-queue-deleted", f"{TEAM}'s ClusterQueue (the team's GPU quota in Kueue) deleted",
             {"INS-03": (f"['{TEAM}'] do not exist",)}, kind="clusterqueues.kueue.x-k8s.io", only=TEAM),
-        CreatedObject(
+        CreatedObjects(
             "clusterqueue-inactive", "a ClusterQueue whose ResourceFlavor is missing (Inactive)",
             {"INS-03": ("not Active", "mpiplat-fault-inactive")},
-            obj={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-                 "metadata": {"name": "mpiplat-fault-inactive"},
-                 "spec": {"namespaceSelector": {"matchLabels": {"mpiplat.io/fault": "none"}},
-                          "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-                              {"name": "mpiplat-fault-missing-flavor",
-                               "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}),
+            objs=[{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+                   "metadata": {"name": "mpiplat-fault-inactive"},
+                   "spec": {"namespaceSelector": {"matchLabels": {"mpiplat.io/fault": "none"}},
+                            "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+                                {"name": "mpiplat-fault-missing-flavor",
+                                 "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}]),
         ImageRemoved(
             "mpi-images-missing", "the MPI images (mpiplat.local/openmpi:1, intel:1, mpich:1) removed from the "
             "real node", {"JOB-01": ("ImagePull",), "JOB-02": ("ImagePull",), "JOB-03": ("ImagePull",),
@@ -710,6 +760,21 @@ def matrix() -> list[Fault]:
             "prometheus-rule-deleted", "the monitoring role's PrometheusRule mpiplat-mpi-training deleted",
             {"INS-05": ("PrometheusRule mpiplat-mpi-training is missing",)},
             kind="prometheusrules.monitoring.coreos.com", namespace="mpiplat-monitoring", only="mpiplat-mpi-training"),
+        RuleNotLoaded(
+            "prometheus-rule-not-selected", "the monitoring role's PrometheusRule mpiplat-mpi-training relabelled "
+            "so that the cluster Prometheus's ruleSelector misses it: the object is there, its alerts not loaded",
+            {"INS-05": ("has not loaded the alerts", "ruleSelector")}, kind="prometheusrules.monitoring.coreos.com",
+            obj_name="mpiplat-mpi-training", namespace="mpiplat-monitoring",
+            merge={"metadata": {"labels": {"app.kubernetes.io/part-of": "not-mpiplat"}}},
+            alerts=("MPIJobFailed", "MPIJobPendingTooLong"), wait_scale=0.25),
+        RuleNotLoaded(
+            "mpijobfailed-rule-removed", "the alert MPIJobFailed removed from the monitoring role's PrometheusRule "
+            "mpiplat-mpi-training: a failed job raises no alert",
+            {"INS-05": ("lacks the alerts", "MPIJobFailed"), "MON-01": ("MPIJobFailed is not loaded",)},
+            kind="prometheusrules.monitoring.coreos.com", obj_name="mpiplat-mpi-training",
+            namespace="mpiplat-monitoring", json_patch=[
+                {"op": "test", "path": "/spec/groups/0/rules/0/alert", "value": "MPIJobFailed"},
+                {"op": "remove", "path": "/spec/groups/0/rules/0"}], alerts=("MPIJobFailed",)),
         ControllerStopped(
             "prometheus-stopped", "the cluster's Prometheus stopped",
             {rid: ("does not answer",) for rid in ("INS-05", "MON-01", "MON-02", "MON-03")}, controller="prometheus"),
@@ -733,8 +798,8 @@ def matrix() -> list[Fault]:
 
 def baseline() -> dict:
     """What every fault must leave as it found it: the team namespace's labels, its NetworkPolicies,
-    ServiceAccount and RoleBindings, ClusterQueues, CRD versions, guardrail bindings, the images of the
-    real node, cordons, CoreDNS replicas and the controllers' health."""
+    ServiceAccount and RoleBindings, ClusterQueues, CRD versions, admission policies, the monitoring role's
+    dashboard and PrometheusRule, the images of the real node, cordons and CoreDNS replicas."""
 
     # One kubectl call per scope, not one per kind: the matrix reads this after every fault.
     def by_kind(*args: str) -> dict[str, list[dict]]:
@@ -747,8 +812,10 @@ def baseline() -> dict:
         return {o["metadata"]["name"]: o.get("spec") for o in objects}
 
     team = by_kind("namespaces,networkpolicies,rolebindings,serviceaccounts", "-n", TEAM)
-    cluster = by_kind("clusterqueues.kueue.x-k8s.io,crds,validatingadmissionpolicybindings,nodes")
-    dashboards = by_kind("configmaps", "-A", "-l", "grafana_dashboard=1")
+    cluster = by_kind("clusterqueues.kueue.x-k8s.io,crds,validatingadmissionpolicybindings,"
+                      "mutatingadmissionpolicies.admissionregistration.k8s.io,nodes")
+    monitoring = by_kind("configmaps,prometheusrules.monitoring.coreos.com", "-A", "-l",
+                         "app.kubernetes.io/part-of=mpiplat")
     ns = next((o for o in team.get("Namespace", []) if o["metadata"]["name"] == TEAM), {})
     sa = next((o for o in team.get("ServiceAccount", []) if o["metadata"]["name"] == "default"), {})
     return {
@@ -760,7 +827,10 @@ def baseline() -> dict:
         "crds": {o["metadata"]["name"]: sorted(v["name"] for v in o["spec"]["versions"] if v["served"])
                  for o in cluster.get("CustomResourceDefinition", [])},
         "guardrails": specs(cluster.get("ValidatingAdmissionPolicyBinding", [])),
-        "dashboards": sorted(o["metadata"]["name"] for o in dashboards.get("ConfigMap", [])),
+        "mutating_policies": specs(cluster.get("MutatingAdmissionPolicy", [])),
+        "dashboards": sorted(o["metadata"]["name"] for o in monitoring.get("ConfigMap", [])
+                             if (o["metadata"].get("labels") or {}).get("grafana_dashboard") == "1"),
+        "prometheusrules": specs(monitoring.get("PrometheusRule", [])),
         "cordoned": sorted(o["metadata"]["name"] for o in cluster.get("Node", []) if o["spec"].get("unschedulable")),
         "coredns": (get("deployment", "coredns", "kube-system") or {}).get("spec", {}).get("replicas"),
         "images": sorted(i for i in images.images_in(realnode.ctr()) if i.startswith("mpiplat.local/")),

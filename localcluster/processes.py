@@ -15,6 +15,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -64,6 +65,10 @@ class Controller:
             return [debian_prometheus(), f"--config.file={confdir / 'config.yaml'}",
                     f"--storage.tsdb.path={confdir / 'data'}", "--storage.tsdb.retention.time=1d",
                     f"--web.listen-address={address()}:{self.health_port}", "--web.enable-lifecycle"]
+        if self.name == "prometheus-rules":  # ours: the Prometheus Operator's part, PrometheusRules to rule files
+            return [sys.executable, "-m", "mpiplat.localcluster.rulesync", f"--kubeconfig={kubeconfig}",
+                    f"--rules-dir={prometheus_rules_dir()}", f"--prometheus={prometheus_url()}",
+                    f"--listen={address()}:{self.health_port}"]
         exe = str(build.binary(self.name))
         if self.name == "kube-state-metrics":  # health: its own telemetry port
             return [exe, f"--kubeconfig={kubeconfig}", f"--host={address()}", f"--port={self.metrics_port}",
@@ -88,6 +93,7 @@ CONTROLLERS = (
     Controller("kube-state-metrics", "kube-state-metrics", health_port=31187, health_path="/metrics",
                metrics_port=31186),
     Controller("prometheus", "prometheus", health_port=31188, health_path="/-/ready"),
+    Controller("prometheus-rules", "prometheus-operator", health_port=31189, health_path="/healthz"),
 )
 # What kube-state-metrics exports: the objects the monitoring role's dashboard and alerts query.
 KUBE_STATE_RESOURCES = ("jobs", "namespaces", "nodes", "pods")
@@ -110,6 +116,11 @@ def address() -> str:
 def prometheus_url() -> str:
     """This cluster's Prometheus (conformance/settings/local.yml names the default cluster's)."""
     return f"http://{address()}:{controller('prometheus').health_port}"
+
+
+def prometheus_rules_dir() -> Path:
+    """Where the local Prometheus reads its rule files from (rulesync writes them)."""
+    return conf_dir(controller("prometheus")) / "rules"
 
 
 def node_ns_pid() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -10,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import health
 from mpiplat.conformance.prometheus import Prometheus
+from mpiplat.conformance.watch import deadline
 from mpiplat.versions import load
 
 pytestmark = pytest.mark.read_only
@@ -153,6 +155,8 @@ def test_gpu_operator_cluster_policy_ready(kube):
 
 
 ALERTS = {"MPIJobFailed", "MPIJobPendingTooLong", "ClusterQueueStarved", "GPUsIdleWhileJobRuns"}
+# How long a PrometheusRule may take to reach Prometheus (the Prometheus Operator's sync and reload).
+RULES_LOADED_S = 30
 
 
 @pytest.mark.requirement("INS-05")
@@ -161,7 +165,8 @@ def test_monitoring_dashboard_and_rules_present_and_valid(kube, settings, eviden
     Where the Prometheus Operator's PrometheusRule CRD is absent, no rule is in the cluster to evaluate:
     the row is then partial, never passed. Where the settings name a Prometheus, each alert of that
     PrometheusRule must be loaded there, with the same query and health ok (a Prometheus whose rule
-    selector misses our PrometheusRule fails the row); otherwise the row judged objects only."""
+    selector misses our PrometheusRule fails the row), within RULES_LOADED_S of the run (the Operator syncs
+    and reloads after a change); otherwise the row judged objects only."""
     cms = kube.core.list_config_map_for_all_namespaces(label_selector="grafana_dashboard=1").items
     ours = [c for c in cms if c.metadata.name == "mpiplat-mpijob-overview-dashboard"]
     assert ours, "the MPIJob Overview dashboard ConfigMap is missing (run site.yml with the monitoring role)"
@@ -182,10 +187,12 @@ def test_monitoring_dashboard_and_rules_present_and_valid(kube, settings, eviden
         return
     wanted = {rule["alert"]: rule["expr"] for r in found for g in r["spec"]["groups"] for rule in g["rules"]
               if rule.get("alert")}
-    loaded = prometheus.alerting_rules()
-    missing = sorted(set(wanted) - set(loaded))
+    until = deadline(RULES_LOADED_S)
+    while (missing := sorted(set(wanted) - set(loaded := prometheus.alerting_rules()))) and time.monotonic() < until:
+        time.sleep(1)
     assert not missing, f"Prometheus at {prometheus.url} has not loaded the alerts {missing} of PrometheusRule " \
-                        "mpiplat-mpi-training (does its ruleSelector match the rule's labels?)"
+                        f"mpiplat-mpi-training within {RULES_LOADED_S}s (does its ruleSelector match the rule's " \
+                        "labels?)"
     differ = sorted(n for n, expr in wanted.items() if "".join(loaded[n]["query"].split()) != "".join(expr.split()))
     assert not differ, f"Prometheus evaluates other queries than PrometheusRule mpiplat-mpi-training for {differ}"
     sick = {n: loaded[n].get("lastError") for n in wanted if loaded[n]["health"] != "ok"}

@@ -16,7 +16,7 @@ import yaml
 
 from mpiplat import cli, jobs
 from mpiplat.conformance import settings
-from mpiplat.localcluster import build, configs, lifecycle, nodes, processes, realnode
+from mpiplat.localcluster import build, configs, lifecycle, nodes, processes, realnode, rulesync
 from mpiplat.localcluster.build import BuildError
 from mpiplat.localcluster.progress import progress
 from mpiplat.localcluster.state import ClusterError
@@ -369,21 +369,36 @@ def test_kube_controller_manager_batches_endpoint_updates(tmp_path, monkeypatch)
     assert kcm == {"endpoint-updates-batch-period": "1s", "endpointslice-updates-batch-period": "1s"}
 
 
-def test_the_local_prometheus_scrapes_every_metrics_port_with_the_roles_rules(state, tmp_path):
-    """Prometheus's config names each host process that serves metrics, the real node's kubelet, and the
-    monitoring role's rules rendered with the local values, which promtool accepts."""
+def test_the_local_prometheus_scrapes_every_metrics_port_and_reads_the_synced_rules(state, tmp_path):
+    """Prometheus's config names each host process that serves metrics, the real node's kubelet, and the rule
+    files rulesync writes from the PrometheusRules; its token is its own to read."""
     prometheus = processes.controller("prometheus")
     conf = configs.controller_config(prometheus, tmp_path)
     targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in conf["scrape_configs"]}
     wanted = {c.name: [f"127.0.0.1:{c.metrics_port}"] for c in processes.CONTROLLERS if c.metrics_port}
     assert targets == {**wanted, "kubelet-cadvisor": [f"{realnode.network().node_ip}:{realnode.PORTS['kubelet']}"]}
     assert conf["global"] == {"scrape_interval": "5s", "evaluation_interval": "5s"}
+    assert conf["rule_files"] == [str(state / "prometheus" / "rules" / "*.yml")]
     configs.write_prometheus_files("t0ken")
-    rules = state / "prometheus" / "rules.yml"
-    assert conf["rule_files"] == [str(rules)]
-    pending = next(r for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"]
-                   if r["alert"] == "MPIJobPendingTooLong")
-    assert pending["for"] == LOCAL["monitoring_pending_too_long"] == "15s"
     assert (state / "prometheus" / "token").stat().st_mode & 0o077 == 0
-    check = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def _prometheus_rule(name: str, labels: dict, alert: str = "A") -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": {"groups": [{"name": "g", "rules": [{"alert": alert, "expr": "up == 0"}]}]}}
+
+
+def test_rulesync_writes_the_selected_prometheus_rules_and_removes_the_others(tmp_path):
+    """As the Prometheus Operator: a PrometheusRule whose labels match the selector is a rule file, one that
+    no longer matches or is gone is removed, and a sync that changes nothing says so (no reload)."""
+    ours = _prometheus_rule("ours", {**rulesync.RULE_SELECTOR, "x": "y"})
+    other = _prometheus_rule("other", {"app.kubernetes.io/part-of": "someone-else"})
+    files = rulesync.selected([ours, other], rulesync.RULE_SELECTOR)
+    assert list(files) == ["ns-ours.yml"]
+    assert yaml.safe_load(files["ns-ours.yml"]) == {"groups": ours["spec"]["groups"]}
+    (tmp_path / "ns-stale.yml").write_text("groups: []\n")
+    assert rulesync.write(tmp_path, files) is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ns-ours.yml"]
+    assert rulesync.write(tmp_path, files) is False
+    assert rulesync.write(tmp_path, rulesync.selected([other], rulesync.RULE_SELECTOR)) is True
+    assert list(tmp_path.iterdir()) == []
