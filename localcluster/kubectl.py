@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
-
-import yaml
 
 from mpiplat.localcluster import build
 from mpiplat.localcluster.state import ClusterError, kubeconfig_path
@@ -26,4 +25,4 @@ def apply(objs: list[dict]) -> None:
     """Server-side apply of objects (field manager mpiplat-localcluster)."""
     if objs:
         kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=mpiplat-localcluster",
-                "-f", "-", input=yaml.safe_dump_all(objs))
+                "-f", "-", input="\n---\n".join(json.dumps(o) for o in objs))  # JSON is YAML, and quick

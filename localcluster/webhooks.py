@@ -14,12 +14,14 @@ from mpiplat.localcluster.processes import CONTROLLERS, address
 from mpiplat.localcluster.state import ClusterError
 from mpiplat.versions import Component, VersionsError, module_dir
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in: the CRDs are megabytes
+
 
 def docs(paths: list[Path]) -> list[dict]:
     """Every non-empty YAML document of the files, in order."""
     objs = []
     for p in paths:
-        objs += [d for d in yaml.safe_load_all(p.read_text()) if d]
+        objs += [d for d in yaml.load_all(p.read_text(), Loader=_LOADER) if d]
     return objs
 
 

@@ -23,7 +23,8 @@ def test_status_reports_every_component_healthy(kube):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     expected = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
-                "mpi-operator", "kueue", "jobset", "trainer-controller-manager", "kube-state-metrics", "prometheus"}
+                "mpi-operator", "kueue", "jobset", "trainer-controller-manager", "kube-state-metrics", "prometheus",
+                "prometheus-rules"}
     if lifecycle.real_node_enabled():
         expected |= {p.name for p in realnode.PROCESSES} | {"coredns (pod)"}
     assert set(report["components"]) == expected

@@ -1,8 +1,8 @@
 """The fault matrix against the local cluster: for each fault of mpiplat.localcluster.faults, the
 conformance suite (only the rows concerned, `--only`, each row stopped at its first failed test,
 `--fail-fast-rows`) must report each of those rows `failed`, with the fault's words in its message or
-diagnosis; then the fault is undone and the cluster must be as before (healthy, and the objects faults
-touch unchanged: faults.baseline).
+diagnosis, and the rows it samples from faults.SAMPLE (Fault.sample) passed or partial; then the fault is
+undone and the cluster must be as before (healthy, and the objects faults touch unchanged: faults.baseline).
 
 Each fault's times (apply, suite, undo) are printed as it ends:
     pytest localcluster/tests/test_fault_matrix.py -p no:cacheprovider [-k FAULT]
@@ -62,7 +62,7 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
     try:
         fault.apply()
         times["apply"] = time.monotonic() - start
-        proc, results = run_suite(fault.requirements, tmp_path, fault.wait_scale)
+        proc, results = run_suite(fault.requirements + fault.sample(), tmp_path, fault.wait_scale)
         times["suite"] = time.monotonic() - start - times["apply"]
     finally:
         undo = time.monotonic()
@@ -70,8 +70,8 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
         times["undo"] = time.monotonic() - undo
     with capsys.disabled():
         print(f"\n  fault {fault.name} (waits x{fault.wait_scale:g}): apply {times.get('apply', 0):.0f}s, "
-              f"suite {times.get('suite', 0):.0f}s ({', '.join(fault.requirements)}), undo {times['undo']:.0f}s",
-              flush=True)
+              f"suite {times.get('suite', 0):.0f}s ({', '.join(fault.requirements)}; sampled "
+              f"{', '.join(fault.sample())}), undo {times['undo']:.0f}s", flush=True)
     reqs = results["requirements"]
     wrong = []
     for rid, words in fault.expect.items():
@@ -83,6 +83,10 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
         missing = [w for w in words if w.lower() not in text]
         if r["status"] != "failed" or missing:
             wrong.append(f"{rid} {r['status']} (words missing: {missing}): {r['message'][:600]}")
+    for rid in fault.sample():
+        r = reqs.get(rid) or {"status": "not in the report", "message": ""}
+        if r["status"] not in ("passed", "partial"):
+            wrong.append(f"{rid} (sampled: the fault should leave it passing) {r['status']}: {r['message'][:600]}")
     assert not wrong, f"under fault {fault.name} ({fault.what}):\n" + "\n".join(wrong) + \
         f"\n--- suite output\n{proc.stdout[-4000:]}"
     assert cluster.status()["healthy"], f"the cluster is not healthy after undoing {fault.name}"

@@ -99,3 +99,14 @@ def test_the_kueue_faults_drop_what_they_say_from_the_local_configuration(monkey
     off = by_name["kueue-no-waitforpodsready"].config()
     assert off["featureGates"] == {"DisableWaitForPodsReady": True} and off["waitForPodsReady"] == {"enable": True}
     assert by_name["kueue-no-mpijob"].config()["integrations"]["frameworks"] == ["trainer.kubeflow.org/trainjob"]
+
+
+def test_each_fault_samples_two_rows_it_should_not_touch_and_the_matrix_samples_them_all():
+    sampled = set()
+    for fault in faults.matrix():
+        rows = fault.sample()
+        assert len(rows) == 2 and not set(rows) & (set(fault.expect) | set(fault.affects)), (fault.name, rows)
+        assert fault.wait_scale >= 1 or set(rows) <= set(faults.NO_WAIT), (fault.name, rows)
+        assert set(fault.affects) <= set(faults.SAMPLE), (fault.name, fault.affects)
+        sampled |= set(rows)
+    assert sampled == set(faults.SAMPLE)

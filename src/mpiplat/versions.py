@@ -49,7 +49,7 @@ def cache_dir() -> Path:
 
 
 def load(path: Path = VERSIONS_FILE) -> dict[str, Component]:
-    data = yaml.safe_load(path.read_text())
+    data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: read often
     comps = (data or {}).get("components")
     if not isinstance(comps, dict) or not comps:
         raise VersionsError(f"{path}: 'components' must be a non-empty mapping")
