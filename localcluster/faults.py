@@ -706,7 +706,8 @@ def matrix() -> list[Fault]:
             {"INS-03": ("webhook does not answer",), "SCH-01": ("failed calling webhook",),
              "SCH-02": ("failed calling webhook",), "SCH-03": ("failed calling webhook",),
              "SCH-08": ("failed calling webhook",), "FAIL-04": ("failed calling webhook",)},
-            controller="kueue"),
+            # Its webhook refuses every MPIJob: every row that submits one fails.
+            controller="kueue", affects=("FAIL-03", "ISO-02", "ISO-04", "JOB-07", "JOB-08", "SCH-04")),
         ControllerStopped(
             "mpi-operator-stopped", "mpi-operator stopped",
             {"INS-01": ("mpi-operator", "not renewed"), "JOB-08": ("no SSH Secret",),
