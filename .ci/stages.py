@@ -44,6 +44,7 @@ class Lane:
     env: dict[str, str | None] = field(default_factory=dict)  # None: unset
     cleanup: str = ""  # run when the lane ends, however it ends
     until: str = ""  # runs on beside the next stages: this stage starts once it has ended
+    nice: int = 0  # CPU priority of its steps (each a session: an autogroup) against the other lanes'
 
 
 @dataclass
@@ -79,8 +80,8 @@ STAGES = [
     Stage("main", "the suite beside the tenancy tests and the invalid inventories (their own teams, tn-*; no job "
                   "of theirs fails, so MON-01 can tell its own failure); the other `cluster` tests, some of whose "
                   "jobs fail, follow them: by then MON-01, which the suite runs first, is long done. The helm "
-                  "lane's bare cluster and the CPU-bound offline tests fill the rest: most lanes wait on API "
-                  "servers", [
+                  "lane's bare cluster and the CPU-bound offline tests fill the rest, at a lower CPU priority (nice "
+                  "5): they end well before the fault lane, which the suite's startup in each fault holds up", [
         Lane("suite", [f"{KUBECONFIG} && pytest conformance/suite --profile cluster --ignore={SCALE_ROWS} "
                        "--durations=10",
                        f"{KUBECONFIG} && pytest {CLUSTER_TESTS} "
@@ -95,10 +96,10 @@ STAGES = [
                       f"rm -rf {BUNDLE} && mpiplat bundle {BUNDLE}",
                       f"{KUBECONFIG} && MPIPLAT_BUNDLE={BUNDLE} molecule test -s helm",
                       "mpiplat cluster down"],
-             env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1"),
+             env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1", nice=5),
         Lane("offline", ["make --no-print-directory lint",
                          "MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
-             env={"KUBECONFIG": None}),  # never a cluster's
+             env={"KUBECONFIG": None}, nice=5),  # never a cluster's
     ]),
     Stage("last", "the test that stops the cluster", [
         Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"]),
@@ -119,6 +120,15 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def _autogroup_nice(pid: int, nice: int) -> None:
+    """Under autogroup scheduling (Debian's kernels) a session competes for CPU as one group, ranked by the
+    group's nice; a kernel without autogroups has no such file."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+    except OSError:
+        pass
+
+
 def run_lane(lane: Lane, times: dict[str, float], failed: list[str]) -> None:
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
     env = {k: v for k, v in {**env, **lane.env}.items() if v is not None}
@@ -131,6 +141,8 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str]) -> None:
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
                                     start_new_session=True)
             _running.add(proc)
+            if lane.nice:
+                _autogroup_nice(proc.pid, lane.nice)
             for line in proc.stdout:
                 say(lane.name, line.rstrip("\n"))
             code = proc.wait()

@@ -7,6 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -60,3 +62,12 @@ def test_a_lane_with_until_runs_on_beside_the_next_stages_and_the_named_stage_wa
     assert "== lane bg (beside the stages) ok in" in out
     assert out.index("== lane bg (beside the stages)") < out.index("== stage three:")
     assert "; bg (beside) " in out
+
+
+def test_a_lane_with_nice_runs_its_steps_at_that_autogroup_priority(capsys):
+    if not Path("/proc/self/autogroup").exists():
+        pytest.skip("no autogroup scheduling on this kernel")
+    stages = _stages()
+    assert stages.run([stages.Stage("s", "why", [stages.Lane("n", ["sleep 0.5; cat /proc/self/autogroup"],
+                                                             nice=5)])]) == 0
+    assert "nice 5" in capsys.readouterr().out
