@@ -199,8 +199,9 @@ def test_the_default_node_lives_in_the_host_network_namespace(monkeypatch):
     assert realnode.all_ports() == sorted(realnode.PORTS.values())
 
 
-def test_another_clusters_node_has_namespaces_addresses_and_cgroups_of_its_own(monkeypatch):
+def test_another_clusters_node_has_namespaces_addresses_and_cgroups_of_its_own(monkeypatch, tmp_path):
     monkeypatch.setenv("MPIPLAT_CLUSTER", "helm")
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "mpiplat"))  # apiserver_patches writes certificates
     net = realnode.network()
     n = int(net.pod_subnet.split(".")[2])
     assert net.netns and 1 <= n <= 250
