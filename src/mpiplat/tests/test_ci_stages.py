@@ -50,20 +50,6 @@ def test_lane_env_sets_and_unsets(monkeypatch, capsys):
     assert "[x] k=unset c=helm" in capsys.readouterr().out
 
 
-def test_a_lane_with_until_runs_on_beside_the_next_stages_and_the_named_stage_waits_for_it(tmp_path, capsys):
-    stages = _stages()
-    mark = tmp_path / "beside-done"
-    schedule = [stages.Stage("one", "why", [stages.Lane("a", ["echo a"]),
-                                            stages.Lane("bg", ["sleep 0.5", f"touch {mark}"], until="three")]),
-                stages.Stage("two", "why", [stages.Lane("b", [f"test ! -e {mark}"])]),  # bg still runs
-                stages.Stage("three", "why", [stages.Lane("c", [f"test -e {mark}"])])]  # bg has ended
-    assert stages.run(schedule) == 0
-    out = capsys.readouterr().out
-    assert "== lane bg (beside the stages) ok in" in out
-    assert out.index("== lane bg (beside the stages)") < out.index("== stage three:")
-    assert "; bg (beside) " in out
-
-
 def test_a_lane_with_nice_runs_its_steps_at_that_autogroup_priority(capsys):
     if not Path("/proc/self/autogroup").exists():
         pytest.skip("no autogroup scheduling on this kernel")
