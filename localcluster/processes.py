@@ -38,6 +38,7 @@ from mpiplat.localcluster.state import (
 
 LOOPBACK = "127.0.0.1"
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
+OURS = "mpiplat-localcluster"  # marks a certificate there as written by a local cluster
 
 
 @dataclass(frozen=True)
@@ -326,17 +327,15 @@ def install_kueue_metrics_certs(pki: Path) -> None:
         KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
         for f in ("tls.crt", "tls.key"):
             shutil.copy2(pki / f, KUEUE_METRICS_CERTS / f)
+        (KUEUE_METRICS_CERTS / OURS).write_text("written by mpiplat's local cluster; its last `down` removes it\n")
     except PermissionError as err:
         raise ClusterError(f"cannot write {KUEUE_METRICS_CERTS} (Kueue reads its metrics certificate from that "
                            "fixed path): create it writable by you, or run `mpiplat cluster up` as root") from err
 
 
 def remove_kueue_metrics_certs() -> None:
-    """Remove the metrics certificate if a local cluster put it there and no other cluster's Kueue runs."""
-    theirs = KUEUE_METRICS_CERTS / "tls.crt"
+    """Remove the metrics certificate if a local cluster put it there (whichever) and no other cluster's Kueue
+    runs."""
     others = [d for d in all_state_dirs() if d != state_dir()]
-    if not theirs.is_file() or any(running_pid(d / "pids" / "kueue.pid") for d in others):
-        return
-    ours = [d / "pki" / "tls.crt" for d in all_state_dirs()]
-    if any(c.is_file() and c.read_bytes() == theirs.read_bytes() for c in ours):
+    if (KUEUE_METRICS_CERTS / OURS).is_file() and not any(running_pid(d / "pids" / "kueue.pid") for d in others):
         shutil.rmtree(KUEUE_METRICS_CERTS, ignore_errors=True)

@@ -308,6 +308,32 @@ def test_an_unwritable_kueue_metrics_cert_dir_says_what_to_do(tmp_path, monkeypa
                                       "`mpiplat cluster up` as root")
 
 
+def test_the_kueue_metrics_certificate_is_shared_and_the_last_clusters_down_removes_it(tmp_path, monkeypatch):
+    """Kueue reads it from one fixed path: the first local cluster up writes it, another's `down` leaves it while
+    a Kueue of another cluster runs, the last one removes it; a certificate not ours is never removed."""
+    certs = tmp_path / "etc" / "kueue"
+    monkeypatch.setattr(processes, "KUEUE_METRICS_CERTS", certs)
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "state" / "mpiplat"))
+    for name in ("mpiplat", "mpiplat-faults"):
+        (tmp_path / "state" / name / "pki").mkdir(parents=True)
+        for f in ("tls.crt", "tls.key"):
+            (tmp_path / "state" / name / "pki" / f).write_text(f"{name} {f}")
+    monkeypatch.setenv("MPIPLAT_CLUSTER", "faults")
+    processes.install_kueue_metrics_certs(tmp_path / "state" / "mpiplat-faults" / "pki")
+    kueue_runs = {"mpiplat"}  # the default cluster's Kueue, with the faults cluster's certificate
+    monkeypatch.setattr(processes, "running_pid", lambda path: 1 if path.parents[1].name in kueue_runs else None)
+    processes.remove_kueue_metrics_certs()
+    assert (certs / "tls.crt").read_text() == "mpiplat-faults tls.crt"
+    kueue_runs.clear()
+    monkeypatch.delenv("MPIPLAT_CLUSTER")
+    processes.remove_kueue_metrics_certs()
+    assert not certs.exists()
+    certs.mkdir(parents=True)
+    (certs / "tls.crt").write_text("someone else's")
+    processes.remove_kueue_metrics_certs()
+    assert (certs / "tls.crt").is_file()
+
+
 @pytest.mark.parametrize("text, message", [
     (None, "cannot read node-pool spec {path}: No such file or directory; pass an existing file to --node-pools"),
     ("pools: [1", "{path} is not valid YAML: fix it, then retry"),
