@@ -133,9 +133,10 @@ def node_ns_pid() -> int:
     return pid
 
 
-def in_node_net() -> list[str]:
-    """argv prefix that runs a command in the network namespace of this cluster's node and controllers."""
-    return ["nsenter", f"--target={node_ns_pid()}", "--net", "--"] if network().netns else []
+def in_node_net(*options: str) -> list[str]:
+    """argv prefix that runs a command in the network namespace of this cluster's node and controllers (with
+    nsenter's `options`, e.g. its mount namespace too); nothing for the host's."""
+    return ["nsenter", f"--target={node_ns_pid()}", "--net", *options, "--"] if network().netns else []
 
 
 def controllers_kubeconfig() -> Path:

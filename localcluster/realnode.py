@@ -436,10 +436,7 @@ def record_host() -> None:
 
 def _enter(mount: bool = True) -> list[str]:
     """argv prefix that runs a command in the node's namespaces (nothing for the host's)."""
-    if not network().netns:
-        return []
-    mnt = ["--mount", f"--wd={node_dir()}"] if mount else []
-    return ["nsenter", f"--target={processes.node_ns_pid()}", "--net", *mnt, "--"]
+    return processes.in_node_net(*(["--mount", f"--wd={node_dir()}"] if mount else []))
 
 
 def _link_exists(ns: list[str], link: str) -> bool:

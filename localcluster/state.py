@@ -22,9 +22,9 @@ from mpiplat.errors import MpiplatError
 
 NAME = "mpiplat"  # kwokctl's cluster name inside an instance's workdir
 DEFAULT_INSTANCE = "mpiplat"  # the full cluster in the host's network namespace
+VETH_PREFIX = "mpnode"  # host end of the veth pair into another cluster's node's network namespace
 # Control-plane ports of the default instance, chosen by us so that `down` can prove them free.
 # Another instance shifts them all down by a multiple of 10 derived from its name.
-VETH_PREFIX = "mpnode"  # host end of the veth pair into another cluster's node's network namespace
 CONTROL_PLANE_PORTS = {"kube-apiserver": 32765, "etcd": 32764, "kube-controller-manager": 32763,
                        "kube-scheduler": 32762, "kwok-controller": 32761, "etcd-peer": 32766}
 

@@ -57,12 +57,12 @@ def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 300)
 @pytest.mark.parametrize("fault", faults.matrix(), ids=lambda f: f.name)
 def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, before, tmp_path, capsys):
-    times = {}
+    times, sampled = {}, fault.sample()
     start = time.monotonic()
     try:
         fault.apply()
         times["apply"] = time.monotonic() - start
-        proc, results = run_suite(fault.requirements + fault.sample(), tmp_path, fault.wait_scale)
+        proc, results = run_suite(fault.requirements + sampled, tmp_path, fault.wait_scale)
         times["suite"] = time.monotonic() - start - times["apply"]
     finally:
         undo = time.monotonic()
@@ -71,7 +71,7 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
     with capsys.disabled():
         print(f"\n  fault {fault.name} (waits x{fault.wait_scale:g}): apply {times.get('apply', 0):.0f}s, "
               f"suite {times.get('suite', 0):.0f}s ({', '.join(fault.requirements)}; sampled "
-              f"{', '.join(fault.sample())}), undo {times['undo']:.0f}s", flush=True)
+              f"{', '.join(sampled)}), undo {times['undo']:.0f}s", flush=True)
     reqs = results["requirements"]
     wrong = []
     for rid, words in fault.expect.items():
@@ -83,7 +83,7 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
         missing = [w for w in words if w.lower() not in text]
         if r["status"] != "failed" or missing:
             wrong.append(f"{rid} {r['status']} (words missing: {missing}): {r['message'][:600]}")
-    for rid in fault.sample():
+    for rid in sampled:
         r = reqs.get(rid) or {"status": "not in the report", "message": ""}
         if r["status"] not in ("passed", "partial"):
             wrong.append(f"{rid} (sampled: the fault should leave it passing) {r['status']}: {r['message'][:600]}")
