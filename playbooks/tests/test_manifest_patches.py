@@ -1,5 +1,6 @@
-"""roles/upstream_install's upstream_install_docs filter: a pinned manifest's text as labelled objects, with JSON
-patches of its documents, and a clear error where a patch names no document or does not apply."""
+"""The filter mpiplat.platform.manifest_docs (plugins/filter/patch_docs.py): a pinned manifest's text as
+labelled objects, with JSON patches of its documents, and a clear error where a patch names no document or
+does not apply."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
-    "patch_docs", ROOT / "roles" / "upstream_install" / "filter_plugins" / "patch_docs.py")
+    "patch_docs", ROOT / "plugins" / "filter" / "patch_docs.py")
 patch_docs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(patch_docs)
 
@@ -25,29 +26,29 @@ ADD_FLAG = {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "val
 
 
 def test_a_patch_changes_only_its_document_and_leaves_the_input_alone():
-    out = patch_docs.upstream_install_patch(DOCS, [{"kind": "Deployment", "name": "mpi-operator", "ops": [ADD_FLAG]}])
+    out = patch_docs.apply_patches(DOCS, [{"kind": "Deployment", "name": "mpi-operator", "ops": [ADD_FLAG]}])
     assert out[1]["spec"]["template"]["spec"]["containers"][0]["args"] == ["-alsologtostderr", "--monitoring-port=8081"]
     assert out[0] == DOCS[0]
     assert DOCS[1]["spec"]["template"]["spec"]["containers"][0]["args"] == ["-alsologtostderr"]
-    assert patch_docs.upstream_install_patch(DOCS, []) == DOCS
+    assert patch_docs.apply_patches(DOCS, []) == DOCS
 
 
 def test_a_patch_that_names_no_document_fails_naming_it_and_what_there_is():
     with pytest.raises(AnsibleFilterError, match=r"mpi-operator manifest: Deployment/operator: no such document "
                                                  r"to patch \(documents of that kind: \['Deployment/mpi-operator'\]\)"):
-        patch_docs.upstream_install_patch(DOCS, [{"kind": "Deployment", "name": "operator", "ops": [ADD_FLAG]}],
+        patch_docs.apply_patches(DOCS, [{"kind": "Deployment", "name": "operator", "ops": [ADD_FLAG]}],
                                           "mpi-operator")
 
 
 def test_a_patch_that_does_not_apply_fails_naming_the_document():
     bad = {"op": "replace", "path": "/spec/template/spec/containers/0/ports/0", "value": {}}
     with pytest.raises(AnsibleFilterError, match=r"Deployment/mpi-operator: patch .* does not apply"):
-        patch_docs.upstream_install_patch(DOCS, [{"kind": "Deployment", "name": "mpi-operator", "ops": [bad]}])
+        patch_docs.apply_patches(DOCS, [{"kind": "Deployment", "name": "mpi-operator", "ops": [bad]}])
 
 
 def test_the_manifest_text_becomes_its_objects_labelled_and_patched():
     text = "# a comment\n---\n{}---\n\n---\n{}---\nnot: an object\n".format(*map(yaml.safe_dump, DOCS))
-    out = patch_docs.upstream_install_docs(text, {"app.kubernetes.io/part-of": "mpiplat"},
+    out = patch_docs.manifest_docs(text, {"app.kubernetes.io/part-of": "mpiplat"},
                                            [{"kind": "Deployment", "name": "mpi-operator", "ops": [ADD_FLAG]}],
                                            "mpi-operator")
     assert [d["kind"] for d in out] == ["Namespace", "Deployment"]  # documents without a kind are dropped
@@ -57,7 +58,7 @@ def test_the_manifest_text_becomes_its_objects_labelled_and_patched():
 
 def test_a_manifest_that_is_not_yaml_fails_naming_the_component():
     with pytest.raises(AnsibleFilterError, match=r"mpi-operator manifest: not YAML"):
-        patch_docs.upstream_install_docs("kind: [unclosed", {}, [], "mpi-operator")
+        patch_docs.manifest_docs("kind: [unclosed", {}, [], "mpi-operator")
 
 
 def test_a_releases_aggregated_cluster_roles_are_found_by_its_helm_annotations():
@@ -68,5 +69,5 @@ def test_a_releases_aggregated_cluster_roles_are_found_by_its_helm_annotations()
     roles = [role("kueue-batch-admin-role", "kueue"), role("kueue-manager-role", "kueue", aggregated=False),
              role("kueue-other-ns", "kueue", namespace="elsewhere"), role("jobset-admin", "jobset"),
              {"metadata": {"name": "system:aggregate-to-admin"}, "aggregationRule": {}}]
-    assert patch_docs.upstream_install_aggregated_roles(roles, "kueue", "kueue-system") == ["kueue-batch-admin-role"]
-    assert patch_docs.upstream_install_aggregated_roles([], "kueue", "kueue-system") == []
+    assert patch_docs.aggregated_roles(roles, "kueue", "kueue-system") == ["kueue-batch-admin-role"]
+    assert patch_docs.aggregated_roles([], "kueue", "kueue-system") == []

@@ -132,11 +132,11 @@ def test_role_applies_dashboard_rules_and_monitors_and_skips_a_monitor_without_i
     play.write_text(yaml.safe_dump([{
         "name": "Monitoring", "hosts": "all", "gather_facts": False,
         "module_defaults": {"group/kubernetes.core.k8s": {"kubeconfig": "{{ mpiplat_kubeconfig | default(omit) }}"}},
-        "roles": [{"role": "monitoring", "vars": {"monitoring_state": "{{ state }}"}}]}]))
+        "roles": [{"role": "mpiplat.platform.monitoring", "vars": {"monitoring_state": "{{ state }}"}}]}]))
     scraper = {"namespace": "monitoring", "name": "prometheus"}
     cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "inventories/local/hosts.yml", str(play),
            "-e", json.dumps({"monitoring_prometheus_service_accounts": [scraper]})]
-    env = dict(ansible_env, ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    env = ansible_env
     rbac = client.RbacAuthorizationV1Api(kube.api_client)
     try:
         run = subprocess.run(cmd + ["-e", "state=present"], cwd=ROOT, env=env, capture_output=True, text=True)

@@ -17,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 LOCAL = "inventories/local/hosts.yml"
-HELM_CHECK = "TASK [preflight : Check that helm is an executable file]"
-CLUSTER_STEP = "TASK [preflight : Read the cluster version and API groups]"
+HELM_CHECK = "TASK [mpiplat.platform.preflight : Check that helm is an executable file]"
+CLUSTER_STEP = "TASK [mpiplat.platform.preflight : Read the cluster version and API groups]"
 
 
 def _run(playbook: str, inventory: str, tmp_path: Path, *extra: str, **env: str) -> str:

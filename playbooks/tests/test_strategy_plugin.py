@@ -1,4 +1,4 @@
-"""playbooks/strategy_plugins/mpiplat_linear.py: Mitogen's linear strategy when it loads, else Ansible's own."""
+"""plugins/strategy/linear.py (mpiplat.platform.linear): Mitogen's linear strategy when it loads, else Ansible's own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from ansible.plugins.strategy.linear import StrategyModule as Linear
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = ROOT / "playbooks" / "strategy_plugins" / "mpiplat_linear.py"
+PLUGIN = ROOT / "plugins" / "strategy" / "linear.py"
 
 
 def _load():
@@ -23,12 +23,10 @@ def _load():
 def test_ansible_cfg_and_molecule_name_the_strategy():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "ansible.cfg")
-    assert cfg["defaults"]["strategy"] == "mpiplat_linear"
-    assert (ROOT / cfg["defaults"]["strategy_plugins"] / PLUGIN.name).is_file()
+    assert cfg["defaults"]["strategy"] == "mpiplat.platform.linear"
     for scenario in ("default", "helm"):
         text = (ROOT / "molecule" / scenario / "molecule.yml").read_text()
-        assert "ANSIBLE_STRATEGY: mpiplat_linear" in text, scenario
-        assert "${MOLECULE_PROJECT_DIRECTORY}/playbooks/strategy_plugins" in text, scenario
+        assert "ANSIBLE_STRATEGY: mpiplat.platform.linear" in text, scenario
 
 
 def test_with_mitogen_installed_the_strategy_is_mitogens():

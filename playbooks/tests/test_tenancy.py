@@ -99,7 +99,7 @@ def tenancy(kube, ansible_env, tmp_path_factory):
     """The role applied for both teams (twice: the second run must change nothing); removed at the end."""
     vars_file = tmp_path_factory.mktemp("tenancy") / "teams.yml"
     vars_file.write_text(yaml.safe_dump(TEAMS))
-    env = dict(ansible_env, ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    env = ansible_env
     try:
         rc, out, _ = _run(env, vars_file)
         assert rc == 0, out[-4000:]

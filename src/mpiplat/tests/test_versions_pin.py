@@ -1,5 +1,5 @@
-"""mpiplat.versions.pin and mirrored: the one reading of versions.yml that the roles (the filter mpiplat_pin) and
-the local cluster share."""
+"""mpiplat.versions.pin and mirrored: the one reading of versions.yml that the roles (the filter
+mpiplat.platform.pin) and the local cluster share."""
 
 from __future__ import annotations
 
@@ -37,12 +37,12 @@ def test_a_pin_fills_in_the_version_and_splits_its_images_through_a_mirror(tmp_p
 
 
 def test_the_playbooks_filter_is_that_function():
-    """Through Ansible from the checkout (ansible.cfg names playbooks/filter_plugins): the same entry."""
+    """Through Ansible, the collection's filter (plugins/filter/versions.py): the same entry."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")} | {
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
     ansible = str(Path(sys.executable).parent / "ansible")
     proc = subprocess.run([ansible, "localhost", "-m", "ansible.builtin.debug", "-a",
-                           "msg={{ 'kueue' | mpiplat_pin('', 'mirror.example.com/m') | to_json }}"],
+                           "msg={{ 'kueue' | mpiplat.platform.pin('', 'mirror.example.com/m') | to_json }}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout.split("=>", 1)[1])

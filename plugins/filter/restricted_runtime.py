@@ -1,4 +1,4 @@
-"""kubeflow_trainer_restricted: Trainer's runtimes made to run under OpenShift's restricted-v2 and Pod Security
+"""mpiplat.platform.restricted_runtime: Trainer's runtimes made to run under OpenShift's restricted-v2 and Pod Security
 `restricted`, by mpiplat.jobs.restricted_runtime (the one definition, which the local cluster applies too)."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 
-def kubeflow_trainer_restricted(docs: list[dict]) -> list[dict]:
+def restricted_runtime_docs(docs: list[dict]) -> list[dict]:
     try:
         from mpiplat.jobs import restricted_runtime
     except ImportError as err:
-        raise AnsibleFilterError(f"kubeflow_trainer_restricted needs the mpiplat package where Ansible runs "
+        raise AnsibleFilterError(f"mpiplat.platform.restricted_runtime needs the mpiplat package where Ansible runs "
                                  f"(`make setup` installs both into .venv): {err}") from err
     try:
         return [restricted_runtime(doc) for doc in docs]
@@ -21,4 +21,4 @@ def kubeflow_trainer_restricted(docs: list[dict]) -> list[dict]:
 
 class FilterModule:
     def filters(self):
-        return {"kubeflow_trainer_restricted": kubeflow_trainer_restricted}
+        return {"restricted_runtime": restricted_runtime_docs}

@@ -1,8 +1,8 @@
 """The roles' view of versions.yml, by mpiplat.versions (the one implementation, which the local cluster uses too).
 
-    'kueue' | mpiplat_pin(kueue_version, mpiplat_image_registry | default(''))
+    'kueue' | mpiplat.platform.pin(kueue_version, mpiplat_image_registry | default(''))
         the component's pin, {version}/{number} filled in, image_parts through the mirror ({} if unknown)
-    manifest_text | mpiplat_mirror_manifest(mpiplat_image_registry | default(''))
+    manifest_text | mpiplat.platform.mirror_manifest(mpiplat_image_registry | default(''))
         a manifest's `image:` lines through the mirror
 """
 
@@ -20,7 +20,7 @@ def _versions():
     return versions
 
 
-def mpiplat_pin(component: str, version_override: str = "", registry: str = "") -> dict:
+def pin(component: str, version_override: str = "", registry: str = "") -> dict:
     versions = _versions()
     try:
         return versions.pin(str(component), str(version_override or ""), str(registry or ""))
@@ -28,10 +28,10 @@ def mpiplat_pin(component: str, version_override: str = "", registry: str = "") 
         raise AnsibleFilterError(f"cannot read the pin of {component} from {versions.VERSIONS_FILE}: {err}") from err
 
 
-def mpiplat_mirror_manifest(text: str, registry: str = "") -> str:
+def mirror_manifest(text: str, registry: str = "") -> str:
     return _versions().mirror_manifest(str(text), str(registry or ""))
 
 
 class FilterModule:
     def filters(self):
-        return {"mpiplat_pin": mpiplat_pin, "mpiplat_mirror_manifest": mpiplat_mirror_manifest}
+        return {"pin": pin, "mirror_manifest": mirror_manifest}

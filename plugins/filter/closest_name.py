@@ -1,11 +1,11 @@
-"""preflight_closest_name: the known variable name most like a misspelt one, for "did you mean" hints."""
+"""mpiplat.platform.closest_name: the known variable name most like a misspelt one, for "did you mean" hints."""
 
 from __future__ import annotations
 
 import difflib
 
 
-def preflight_closest_name(name: str, known: list[str], cutoff: float = 0.8) -> str:
+def closest_name(name: str, known: list[str], cutoff: float = 0.8) -> str:
     """The closest of `known` to `name` (difflib's ratio >= cutoff), or "" when none is close.
 
     The cutoff is above difflib's 0.6: names share their role prefix, which alone makes e.g.
@@ -17,4 +17,4 @@ def preflight_closest_name(name: str, known: list[str], cutoff: float = 0.8) -> 
 
 class FilterModule:
     def filters(self):
-        return {"preflight_closest_name": preflight_closest_name}
+        return {"closest_name": closest_name}

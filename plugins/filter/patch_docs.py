@@ -1,7 +1,7 @@
-"""upstream_install_docs: an upstream manifest's text as the objects the role applies: parsed, labelled, and
+"""mpiplat.platform.manifest_docs: an upstream manifest's text as the objects the role applies: parsed, labelled, and
 patched with JSON patches (RFC 6902) on the named documents, so that a role changes the pinned manifest where
 it must (a flag, a port) without a copy of it. In Python, not Jinja: the mpi-operator manifest is 675 KB, and
-the same steps as Jinja filters took 17-20 s a run. upstream_install_aggregated_roles: a Helm release's aggregated
+the same steps as Jinja filters took 17-20 s a run. mpiplat.platform.aggregated_roles: a Helm release's aggregated
 ClusterRoles, which uninstall deletes once more after `helm uninstall`."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from ansible.errors import AnsibleFilterError
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def upstream_install_docs(text: str, labels: dict, patches: list[dict], component: str = "") -> list[dict]:
+def manifest_docs(text: str, labels: dict, patches: list[dict], component: str = "") -> list[dict]:
     """Every object of the manifest `text` (documents with a `kind`), `labels` added to its metadata, then
-    `patches` applied (upstream_install_patch)."""
+    `patches` applied (apply_patches)."""
     try:
         docs = [d for d in yaml.load_all(str(text), Loader=_Loader) if isinstance(d, dict) and "kind" in d]
     except yaml.YAMLError as err:
@@ -23,10 +23,10 @@ def upstream_install_docs(text: str, labels: dict, patches: list[dict], componen
     for d in docs:
         d["metadata"] = meta = d.get("metadata") or {}
         meta["labels"] = {**(meta.get("labels") or {}), **dict(labels or {})}
-    return upstream_install_patch(docs, list(patches or []), component)
+    return apply_patches(docs, list(patches or []), component)
 
 
-def upstream_install_patch(docs: list[dict], patches: list[dict], component: str = "") -> list[dict]:
+def apply_patches(docs: list[dict], patches: list[dict], component: str = "") -> list[dict]:
     """`docs` with each patch {kind, name, ops} applied to the document of that kind and name (a patched
     document is a copy: `docs` are left as they were). A patch that names no document, or whose ops do not
     apply, fails naming the document and why."""
@@ -47,7 +47,7 @@ def upstream_install_patch(docs: list[dict], patches: list[dict], component: str
     return out
 
 
-def upstream_install_aggregated_roles(cluster_roles: list[dict], release: str, namespace: str) -> list[str]:
+def aggregated_roles(cluster_roles: list[dict], release: str, namespace: str) -> list[str]:
     """The names of the aggregated ClusterRoles (an aggregationRule) among `cluster_roles` that Helm made for
     `release` in `namespace` (its meta.helm.sh annotations)."""
     names = []
@@ -61,5 +61,4 @@ def upstream_install_aggregated_roles(cluster_roles: list[dict], release: str, n
 
 class FilterModule:
     def filters(self):
-        return {"upstream_install_docs": upstream_install_docs,
-                "upstream_install_aggregated_roles": upstream_install_aggregated_roles}
+        return {"manifest_docs": manifest_docs, "aggregated_roles": aggregated_roles}
