@@ -144,11 +144,15 @@ def requirement(tests: list[dict], loosened: Iterable[dict] = ()) -> dict:
     essential = [t.get("evidence") for t in shown if (t.get("needed") or "objects") != "objects"]
     evidence = (_weakest(essential) or _strongest(t.get("evidence") for t in shown)
                 or _strongest(t.get("evidence") for t in tests if t["status"] == "failed"))
+    # Why the row shows no more than its level, in the words of the tests that showed that level.
+    why = "; ".join(f"{t['name']}: {t['evidence_note']}" for t in shown
+                    if t.get("evidence") == evidence and t.get("evidence_note"))
     if status in ("failed", "skipped"):
         message = next((t["message"] for t in tests if t["status"] == status and t["message"]), "")
     else:
-        message = "; ".join(notes)
-    return {"status": status, "evidence": evidence, "message": message, "notes": notes, "loosened": flags,
+        message = "; ".join(notes) or (f"shown {evidence}: {why}" if why else "")
+    return {"status": status, "evidence": evidence, "evidence_note": why, "message": message, "notes": notes,
+            "loosened": flags,
             "diagnosis": next((t.get("diagnosis", "") for t in tests
                                if t["status"] == "failed" and t.get("diagnosis")), "")}
 

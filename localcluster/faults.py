@@ -1,17 +1,17 @@
-"""The fault matrix: one fault of the local cluster each, applied and undone here and nowhere else.
+"""The fault matrix's mechanics: one fault of the local cluster each, applied and undone here and nowhere else.
 
 A conformance check is proved by a cluster it fails on (docs/field-engineer.md, "The fault matrix").
 Each Fault below breaks one thing of the running local cluster (a stopped controller, a deleted policy,
-a Kueue configuration without a feature, ...), names the catalog rows the suite must then report
-`failed` and the words their message or diagnosis must contain, and puts the cluster back exactly as
-it was: objects are read before they are changed or deleted and restored from that copy; controllers
-are stopped and started with the local cluster's own functions (processes, realnode, configs).
+a Kueue configuration without a feature, ...) and puts the cluster back exactly as it was: objects are
+read before they are changed or deleted and restored from that copy; controllers are stopped and started
+with the local cluster's own functions (processes, realnode, configs). Which rows must fail under each,
+with which words, is data: conformance/faults.yml (mpiplat.conformance.faultmatrix), by the same names.
 
     with fault.applied():      # undo() runs however the block ends; undo() is idempotent
-        ...run the suite with --only fault.requirements...
+        ...run the suite with --only the fault's rows...
 
 localcluster/tests/test_fault_matrix.py runs the matrix against the local cluster; its offline
-selftests check this list against the docs' table and the catalog.
+selftests check this list against faults.yml.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import subprocess
 import threading
 import time
 import urllib.request
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +42,6 @@ VIEWER_ROLE = "mpijob-viewer"  # the tenancy role's viewer ClusterRole (tenancy_
 SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "selfLink",
                  "deletionTimestamp", "deletionGracePeriodSeconds")
 WAIT_S = 90
-# Rows that run in a few seconds, from every part of the catalog: the matrix samples them under each fault;
-# under a fault whose waits are scaled down, only those that wait for nothing (NO_WAIT).
-NO_WAIT = ("INS-02", "INS-03", "INS-04", "INS-05", "ISO-01", "ISO-04", "FAIL-03")
-SAMPLE = (*NO_WAIT, "ISO-02", "SCH-04", "JOB-07", "JOB-08")
 
 
 # ---------------------------------------------------------------- objects through kubectl
@@ -97,31 +92,12 @@ def delete(kind: str, name: str, namespace: str | None = None, wait: bool = True
 
 @dataclass
 class Fault:
-    """One fault: `name` (short, unique), `what` (one line), the rows it must fail (`expect`: row id ->
-    words its message or diagnosis must contain, case-insensitive), and apply/undo. undo() puts back
-    what apply() changed (read before the change) and may run any number of times, also after an
-    apply() that stopped half-way."""
+    """One fault: `name` (short, unique; conformance/faults.yml says what it breaks and which rows must fail
+    under it) and apply/undo. undo() puts back what apply() changed (read before the change) and may run
+    any number of times, also after an apply() that stopped half-way."""
 
     name: str
-    what: str
-    expect: dict[str, tuple[str, ...]]
     saved: list = field(default_factory=list, repr=False)
-    # The suite's timeouts.wait_scale under this fault: below 1 where a row can only fail at a wait.
-    wait_scale: float = 1.0
-    # Rows of SAMPLE this fault also breaks, though it is not there to prove them: never sampled under it.
-    affects: tuple[str, ...] = ()
-
-    @property
-    def requirements(self) -> list[str]:
-        return sorted(self.expect)
-
-    def sample(self, n: int = 2) -> list[str]:
-        """`n` rows of SAMPLE this fault must leave passing, chosen by its name (so the matrix covers them all):
-        a fault that broke everything would prove nothing."""
-        free = [rid for rid in (SAMPLE if self.wait_scale >= 1 else NO_WAIT)
-                if rid not in self.expect and rid not in self.affects]
-        start = zlib.crc32(self.name.encode()) % len(free)
-        return sorted({free[(start + i) % len(free)] for i in range(min(n, len(free)))})
 
     def apply(self) -> None:
         raise NotImplementedError
@@ -632,184 +608,90 @@ def _v1_version() -> list[dict]:
 def matrix() -> list[Fault]:
     """Every fault of the matrix, new objects (each holds what it saved while applied)."""
     return [
-        KubeRouterStopped(
-            "netpol-not-enforced", "kube-router stopped and its iptables rules and ipsets removed: NetworkPolicies "
-            "exist but nothing enforces them",
-            {"ISO-03": ("not enforced",), "FAIL-05": ("did not fail", "not enforced")}),
-        DeletedObjects(
-            "team-netpols-deleted", f"every NetworkPolicy of team namespace {TEAM} deleted",
-            {"ISO-03": ("has no NetworkPolicies",)}, kind="networkpolicies", namespace=TEAM),
-        ChangedObject(
-            "ssh-blocked", f"{TEAM}'s NetworkPolicy {TEAM}-mpijob-launcher-to-worker admits TCP 2223 instead of "
-            "the workers' sshd (2222): the launcher cannot reach the workers over SSH",
-            {"ISO-03": ("TCP 2222",)}, kind="networkpolicy", obj_name=f"{TEAM}-mpijob-launcher-to-worker",
-            namespace=TEAM, json_patch=[{"op": "add", "path": "/spec/ingress/0/ports",
-                                         "value": [{"protocol": "TCP", "port": 2223}]}], wait_scale=0.25),
-        DeletedObjects(
-            "guardrails-absent", "the guardrails' ValidatingAdmissionPolicyBindings (mpiplat-*) deleted",
-            {"ISO-04": ("was admitted", "guardrails"), "JOB-05": ("was admitted", "guardrails"),
-             "FAIL-03": ("guardrail is missing",)},
-            kind="validatingadmissionpolicybindings", prefix="mpiplat-", wait_scale=0.25),
-        CreatedObjects(
-            "istio-injector-unguarded", "Istio's sidecar injector registered (a MutatingWebhookConfiguration), "
-            "the guardrails without their istio-sidecar policy (guardrails_istio false, as locally)",
-            {"ISO-04": ("Istio's sidecar injector is registered", "was admitted", "guardrails_istio")},
-            objs=[{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-                   "metadata": {"name": "mpiplat-fault-istio-sidecar-injector"},
-                   # Registered, never called: its object selector matches no pod, and its URL serves nothing.
-                   "webhooks": [{"name": "object.sidecar-injector.istio.io", "sideEffects": "None",
-                                 "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore",
-                                 "clientConfig": {"url": "https://127.0.0.1:9/inject"},
-                                 "objectSelector": {"matchLabels": {"mpiplat.io/fault-never": "true"}},
-                                 "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                            "resources": ["pods"]}]}]}]),
-        ChangedObject(
-            "token-automount", f"{TEAM}'s default ServiceAccount mounts API tokens (automountServiceAccountToken true)",
-            {"ISO-02": ("API token", "tenancy_automount_service_account_token")},
-            kind="serviceaccount", obj_name="default", namespace=TEAM, merge={"automountServiceAccountToken": True}),
-        CreatedObjects(
-            "viewer-bound-to-edit", f"{TEAM}'s viewer (User auditor@example.com) also bound to ClusterRole edit",
-            {"ISO-01": ("viewers may", "mpiplat-fault-viewer-edit")},
-            objs=[{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": "mpiplat-fault-viewer-edit", "namespace": TEAM},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                                 "name": "auditor@example.com"}]}]),
-        CreatedObjects(
-            "team-a-members-in-team-b", f"{TEAM}'s users (Group team-a-scientists) also bound to ClusterRole edit in "
-            "team-b's namespace",
-            {"ISO-01": ("team-a-scientists", "mpiplat-fault-team-a-in-team-b")},
-            objs=[{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": "mpiplat-fault-team-a-in-team-b", "namespace": "team-b"},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                                 "name": "team-a-scientists"}]}]),
-        KueueConfigured(
-            "kueue-no-waitforpodsready", "Kueue restarted with waitForPodsReady off (feature gate "
-            "DisableWaitForPodsReady; since v0.19 it is on unless configured or gated off)",
-            {"SCH-05": ("no PodsReady condition", "waitForPodsReady is off")}, gates={"DisableWaitForPodsReady": True}),
-        KueueConfigured(
-            "kueue-default-pods-ready-timeout", "Kueue restarted without the waitForPodsReady settings of its "
-            "configuration: its default timeout, 30 min, instead of the local 60 s; the suite waits past 60 s",
-            {"SCH-05": ("not evicted within",)}, drop=("waitForPodsReady",)),
-        KueueConfigured(
-            "kueue-no-fairsharing", "Kueue restarted without fairSharing in its configuration",
-            {"SCH-07": ("fairSharing is not enabled",)}, drop=("fairSharing",), wait_scale=0.25),
-        KueueConfigured(
-            "kueue-no-tas", "Kueue restarted with Topology Aware Scheduling off (feature gate TopologyAwareScheduling)",
-            {"SCH-06": ("Topology Aware Scheduling",)}, gates=dict.fromkeys(KUEUE_TAS_GATES, False)),
-        KueueConfigured(
-            "kueue-no-mpijob", "Kueue restarted without the kubeflow.org/mpijob integration",
-            {"INS-03": ("kubeflow.org/mpijob",)}, framework_off="kubeflow.org/mpijob"),
-        ControllerStopped(
-            "kueue-stopped", "Kueue (controller and webhook) stopped",
-            {"INS-03": ("webhook does not answer",), "SCH-01": ("failed calling webhook",),
-             "SCH-02": ("failed calling webhook",), "SCH-03": ("failed calling webhook",),
-             "SCH-08": ("failed calling webhook",), "FAIL-04": ("failed calling webhook",)},
-            # Its webhook refuses every MPIJob: every row that submits one fails.
-            controller="kueue", affects=("FAIL-03", "ISO-02", "ISO-04", "JOB-07", "JOB-08", "SCH-04")),
-        ControllerStopped(
-            "mpi-operator-stopped", "mpi-operator stopped",
-            {"INS-01": ("mpi-operator", "not renewed"), "JOB-08": ("no SSH Secret",),
-             **{rid: ("MPI Operator has not picked up the job",)
-                for rid in ("JOB-06", "JOB-07", "JOB-09", "JOB-12", "SCALE-01", "SCALE-02", "FAIL-01", "FAIL-02")}},
-            controller="mpi-operator", wait_scale=0.02),
-        ControllerStopped(
-            "trainer-stopped", "Trainer's controller manager (and its webhook) stopped",
-            {"INS-01": ("trainer", "webhook does not answer"), "JOB-04": ("failed calling webhook",)},
-            controller="trainer-controller-manager"),
-        CreatedObjects(
-            "launcher-at-startup", "a MutatingAdmissionPolicy sets every MPIJob's launcherCreationPolicy to AtStartup "
-            "(the operator's default): the launcher starts with the workers, not once they are Ready",
-            {"JOB-12": ("WaitForWorkersReady is not honoured",), "FAIL-02": ("a launcher started",)},
-            objs=[{"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy",
-                   "metadata": {"name": "mpiplat-fault-launcher-at-startup"},
-                   "spec": {"matchConstraints": {"resourceRules": [
-                       {"apiGroups": ["kubeflow.org"], "apiVersions": ["v2beta1"], "operations": ["CREATE"],
-                        "resources": ["mpijobs"]}]},
-                       "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": (
-                           "[JSONPatch{op: 'add', path: '/spec/launcherCreationPolicy', value: 'AtStartup'}]")}}],
-                       "reinvocationPolicy": "Never", "failurePolicy": "Fail"}},
-                  {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicyBinding",
-                   "metadata": {"name": "mpiplat-fault-launcher-at-startup"},
-                   "spec": {"policyName": "mpiplat-fault-launcher-at-startup"}}]),
-        ChangedObject(
-            "mpijob-v1-crd", "the MPIJob CRD also serves kubeflow.org/v1 (as Training Operator v1 installs it)",
-            {"INS-02": ("Training Operator v1",)}, kind="crd", obj_name="mpijobs.kubeflow.org",
-            json_patch=_v1_version()),
-        DeletedObjects(
-            "team-queue-deleted", f"{TEAM}'s ClusterQueue (the team's GPU quota in Kueue) deleted",
-            {"INS-03": (f"['{TEAM}'] do not exist",)}, kind="clusterqueues.kueue.x-k8s.io", only=TEAM),
-        CreatedObjects(
-            "clusterqueue-inactive", "a ClusterQueue whose ResourceFlavor is missing (Inactive)",
-            {"INS-03": ("not Active", "mpiplat-fault-inactive")},
-            objs=[{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-                   "metadata": {"name": "mpiplat-fault-inactive"},
-                   "spec": {"namespaceSelector": {"matchLabels": {"mpiplat.io/fault": "none"}},
-                            "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-                                {"name": "mpiplat-fault-missing-flavor",
-                                 "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}]),
-        ImageRemoved(
-            "mpi-images-missing", "the MPI images (mpiplat.local/openmpi:1, intel:1, mpich:1) removed from the "
-            "real node", {"JOB-01": ("ImagePull",), "JOB-02": ("ImagePull",), "JOB-03": ("ImagePull",),
-                          "JOB-11": ("cannot pull", "ImagePull")}, recipes=("openmpi", "intel", "mpich")),
-        ImageReplaced(
-            "mpi-images-need-passwd", "the MPI images replaced by variants whose user needs a passwd entry (their "
-            "entrypoint adds none for an arbitrary UID), as many images are", {"ISO-05": ("passwd",)},
-            recipes=("openmpi", "intel", "mpich"),
-            files={images.UID_ENTRYPOINT_PATH: ('#!/bin/sh\nexec "$@"\n', 0o755)}),
-        ChangedObject(
-            "team-not-restricted", f"team namespace {TEAM} enforces Pod Security baseline instead of restricted",
-            {"ISO-05": ("baseline", "restricted")}, kind="namespace", obj_name=TEAM,
-            merge={"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}),
-        Scaled(
-            "coredns-stopped", "CoreDNS scaled to 0 (kube-system/coredns): the cluster's DNS does not answer",
-            {"JOB-01": ("resolve",)}, namespace="kube-system", deployment="coredns", replicas=0),
-        WorkerMemoryCapped(
-            "worker-oom", "a worker OOM: each real MPIJob worker's memory limit lowered to what its sshd uses + "
-                          "24 MiB, so the kernel OOM-kills the MPI rank",
-            {"JOB-01": ("signal 9", "memory limit")}),
-        DeletedObjects(
-            "dashboard-deleted", "the monitoring role's MPIJob Overview dashboard ConfigMap deleted",
-            {"INS-05": ("dashboard ConfigMap is missing",)}, kind="configmaps", all_namespaces=True,
-            label="grafana_dashboard=1", prefix="mpiplat-mpijob-overview-dashboard"),
-        DeletedObjects(
-            "prometheus-rule-deleted", "the monitoring role's PrometheusRule mpiplat-mpi-training deleted",
-            {"INS-05": ("PrometheusRule mpiplat-mpi-training is missing",)},
-            kind="prometheusrules.monitoring.coreos.com", namespace="mpiplat-monitoring", only="mpiplat-mpi-training"),
-        RuleNotLoaded(
-            "prometheus-rule-not-selected", "the monitoring role's PrometheusRule mpiplat-mpi-training relabelled "
-            "so that the cluster Prometheus's ruleSelector misses it: the object is there, its alerts not loaded",
-            {"INS-05": ("has not loaded the alerts", "ruleSelector")}, kind="prometheusrules.monitoring.coreos.com",
-            obj_name="mpiplat-mpi-training", namespace="mpiplat-monitoring",
-            merge={"metadata": {"labels": {"app.kubernetes.io/part-of": "not-mpiplat"}}},
-            alerts=("MPIJobFailed", "MPIJobPendingTooLong"), wait_scale=0.25),
-        RuleNotLoaded(
-            "mpijobfailed-rule-removed", "the alert MPIJobFailed removed from the monitoring role's PrometheusRule "
-            "mpiplat-mpi-training: a failed job raises no alert",
-            {"INS-05": ("lacks the alerts", "MPIJobFailed"), "MON-01": ("MPIJobFailed is not loaded",)},
-            kind="prometheusrules.monitoring.coreos.com", obj_name="mpiplat-mpi-training",
-            namespace="mpiplat-monitoring", json_patch=[
-                {"op": "test", "path": "/spec/groups/0/rules/0/alert", "value": "MPIJobFailed"},
-                {"op": "remove", "path": "/spec/groups/0/rules/0"}], alerts=("MPIJobFailed",)),
-        ControllerStopped(
-            "prometheus-stopped", "the cluster's Prometheus stopped",
-            {rid: ("does not answer",) for rid in ("INS-05", "MON-01", "MON-02", "MON-03")}, controller="prometheus"),
-        SchedulerPluginsOff(
-            "scheduler-ignores-taints", "kube-scheduler restarted with its TaintToleration filter off: it places pods "
-            "on tainted nodes whether they tolerate the taint or not", {"SCH-04": ("not held off",)},
-            plugins=("TaintToleration",)),
-        SchedulerPluginsOff(
-            "scheduler-ignores-node-selectors", "kube-scheduler restarted with its NodeAffinity filter off: it places "
-            "pods on nodes whether they match their node selector or not", {"SCH-04": ("outside the nodes matching",)},
-            plugins=("NodeAffinity",)),
-        NodeProcessStopped(
-            "storage-provisioner-stopped", "the real node's local-path-provisioner stopped: no PersistentVolume is "
-            "made for a claim", {"JOB-10": ("not Bound", "provisioner")}, process="local-path-provisioner",
-            wait_scale=0.02),
-        NodesCordoned(
-            "gpu-nodes-cordoned", "every GPU node cordoned (unschedulable)",
-            {"INS-04": ("no schedulable node advertises",)}),
+        KubeRouterStopped("netpol-not-enforced"),
+        DeletedObjects("team-netpols-deleted", kind="networkpolicies", namespace=TEAM),
+        ChangedObject("ssh-blocked", kind="networkpolicy", obj_name=f"{TEAM}-mpijob-launcher-to-worker",
+                      namespace=TEAM, json_patch=[{"op": "add", "path": "/spec/ingress/0/ports",
+                                                   "value": [{"protocol": "TCP", "port": 2223}]}]),
+        DeletedObjects("guardrails-absent", kind="validatingadmissionpolicybindings", prefix="mpiplat-"),
+        CreatedObjects("istio-injector-unguarded", objs=[
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+             "metadata": {"name": "mpiplat-fault-istio-sidecar-injector"},
+             # Registered, never called: its object selector matches no pod, and its URL serves nothing.
+             "webhooks": [{"name": "object.sidecar-injector.istio.io", "sideEffects": "None",
+                           "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore",
+                           "clientConfig": {"url": "https://127.0.0.1:9/inject"},
+                           "objectSelector": {"matchLabels": {"mpiplat.io/fault-never": "true"}},
+                           "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                      "resources": ["pods"]}]}]}]),
+        ChangedObject("token-automount", kind="serviceaccount", obj_name="default", namespace=TEAM,
+                      merge={"automountServiceAccountToken": True}),
+        CreatedObjects("viewer-bound-to-edit", objs=[
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "mpiplat-fault-viewer-edit", "namespace": TEAM},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                           "name": "auditor@example.com"}]}]),
+        CreatedObjects("team-a-members-in-team-b", objs=[
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "mpiplat-fault-team-a-in-team-b", "namespace": "team-b"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                           "name": "team-a-scientists"}]}]),
+        KueueConfigured("kueue-no-waitforpodsready", gates={"DisableWaitForPodsReady": True}),
+        KueueConfigured("kueue-default-pods-ready-timeout", drop=("waitForPodsReady",)),
+        KueueConfigured("kueue-no-fairsharing", drop=("fairSharing",)),
+        KueueConfigured("kueue-no-tas", gates=dict.fromkeys(KUEUE_TAS_GATES, False)),
+        KueueConfigured("kueue-no-mpijob", framework_off="kubeflow.org/mpijob"),
+        ControllerStopped("kueue-stopped", controller="kueue"),
+        ControllerStopped("mpi-operator-stopped", controller="mpi-operator"),
+        ControllerStopped("trainer-stopped", controller="trainer-controller-manager"),
+        CreatedObjects("launcher-at-startup", objs=[
+            {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy",
+             "metadata": {"name": "mpiplat-fault-launcher-at-startup"},
+             "spec": {"matchConstraints": {"resourceRules": [
+                 {"apiGroups": ["kubeflow.org"], "apiVersions": ["v2beta1"], "operations": ["CREATE"],
+                  "resources": ["mpijobs"]}]},
+                 "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": (
+                     "[JSONPatch{op: 'add', path: '/spec/launcherCreationPolicy', value: 'AtStartup'}]")}}],
+                 "reinvocationPolicy": "Never", "failurePolicy": "Fail"}},
+            {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicyBinding",
+             "metadata": {"name": "mpiplat-fault-launcher-at-startup"},
+             "spec": {"policyName": "mpiplat-fault-launcher-at-startup"}}]),
+        ChangedObject("mpijob-v1-crd", kind="crd", obj_name="mpijobs.kubeflow.org",
+                      json_patch=_v1_version()),
+        DeletedObjects("team-queue-deleted", kind="clusterqueues.kueue.x-k8s.io", only=TEAM),
+        CreatedObjects("clusterqueue-inactive", objs=[
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+             "metadata": {"name": "mpiplat-fault-inactive"},
+             "spec": {"namespaceSelector": {"matchLabels": {"mpiplat.io/fault": "none"}},
+                      "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+                          {"name": "mpiplat-fault-missing-flavor",
+                           "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}]),
+        ImageRemoved("mpi-images-missing", recipes=("openmpi", "intel", "mpich")),
+        ImageReplaced("mpi-images-need-passwd", recipes=("openmpi", "intel", "mpich"),
+                      files={images.UID_ENTRYPOINT_PATH: ('#!/bin/sh\nexec "$@"\n', 0o755)}),
+        ChangedObject("team-not-restricted", kind="namespace", obj_name=TEAM,
+                      merge={"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}),
+        Scaled("coredns-stopped", namespace="kube-system", deployment="coredns", replicas=0),
+        WorkerMemoryCapped("worker-oom"),
+        DeletedObjects("dashboard-deleted", kind="configmaps", all_namespaces=True,
+                       label="grafana_dashboard=1", prefix="mpiplat-mpijob-overview-dashboard"),
+        DeletedObjects("prometheus-rule-deleted", kind="prometheusrules.monitoring.coreos.com",
+                       namespace="mpiplat-monitoring", only="mpiplat-mpi-training"),
+        RuleNotLoaded("prometheus-rule-not-selected", kind="prometheusrules.monitoring.coreos.com",
+                      obj_name="mpiplat-mpi-training", namespace="mpiplat-monitoring",
+                      merge={"metadata": {"labels": {"app.kubernetes.io/part-of": "not-mpiplat"}}},
+                      alerts=("MPIJobFailed", "MPIJobPendingTooLong")),
+        RuleNotLoaded("mpijobfailed-rule-removed", kind="prometheusrules.monitoring.coreos.com",
+                      obj_name="mpiplat-mpi-training", namespace="mpiplat-monitoring", alerts=("MPIJobFailed",),
+                      json_patch=[{"op": "test", "path": "/spec/groups/0/rules/0/alert", "value": "MPIJobFailed"},
+                                  {"op": "remove", "path": "/spec/groups/0/rules/0"}]),
+        ControllerStopped("prometheus-stopped", controller="prometheus"),
+        SchedulerPluginsOff("scheduler-ignores-taints", plugins=("TaintToleration",)),
+        SchedulerPluginsOff("scheduler-ignores-node-selectors", plugins=("NodeAffinity",)),
+        NodeProcessStopped("storage-provisioner-stopped", process="local-path-provisioner"),
+        NodesCordoned("gpu-nodes-cordoned"),
     ]
 
 

@@ -111,6 +111,7 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
                  ["checks borrowing only"]),
         _outcome("SCALE-01", "test_many", "passed", "simulated"),
         _outcome("PERF-01", "test_busbw", "skipped", None, "needs gpus"),
+        _outcome("JOB-07", "test_gang", "passed", "simulated"),
     ]
     meta = {"run_id": "r2", "profile": "cluster", "duration_s": 9, "cluster": {k: CLUSTER[k] for k in
                                                                                ("server", "version", "context")}}
@@ -118,8 +119,8 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
     verdict = {rid: (r["status"], r["evidence"]) for rid, r in data["requirements"].items()}
     assert verdict == {"ISO-03": ("partial", "objects"), "JOB-01": ("passed", "real"),
                        "SCH-03": ("partial", "simulated"), "SCALE-01": ("partial", "simulated"),
-                       "PERF-01": ("skipped", None)}
-    assert data["summary"] == {"passed": 1, "partial": 3, "failed": 0, "skipped": 1, "not run": 0}
+                       "PERF-01": ("skipped", None), "JOB-07": ("passed", "simulated")}
+    assert data["summary"] == {"passed": 2, "partial": 3, "failed": 0, "skipped": 1, "not run": 0}
 
     md = (tmp_path / "report.md").read_text()
     assert "| ISO-03 | NetworkPolicies" in md and "| PARTIAL | objects | test_enforced skipped: needs real pods |" in md
@@ -147,6 +148,10 @@ def test_every_report_shows_status_and_evidence_level(tmp_path):
     assert "| ISO-03 | NetworkPolicies: cross-namespace traffic to job pods denied, intra-job allowed | " \
            "Partially implemented | objects |" in checklist
     assert "| PERF-01 |" in checklist and "| Not shown | - |" in checklist
+    # Implemented only where real pods showed it; a row passed with less says what showed it.
+    assert re.search(r"\| JOB-01 \| [^|]+ \| Implemented \| real \|", checklist)
+    marks = dict(re.findall(r"^\| ([A-Z]+-\d+) \| [^|]+ \| ([^|]+?) \| (?:simulated|objects) \|", checklist, re.M))
+    assert marks["JOB-07"] == "Passed, shown simulated only" and "Implemented" not in marks.values(), marks
 
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["requirements"]["SCALE-01"]["loosened"] == ["scale_jobs 10, catalog 200"]

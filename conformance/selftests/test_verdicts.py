@@ -32,6 +32,15 @@ def test_a_row_shows_its_weakest_test_that_needs_pods():
     assert verdicts.requirement([_test("e", "passed", "real", partial=["shown by Prometheus"])])["evidence"] == "real"
 
 
+def test_a_passed_row_below_real_says_why_in_its_message_and_stays_passed():
+    real = _test("a", "passed", "real", needed="real")
+    core = _test("b", "passed", "simulated", needed="simulated") | {"evidence_note": "the runtime ran on KWOK only"}
+    verdict = verdicts.requirement([real, core])
+    assert (verdict["status"], verdict["evidence"]) == ("passed", "simulated")
+    assert verdict["message"] == "shown simulated: b: the runtime ran on KWOK only"
+    assert verdicts.requirement([real])["message"] == ""  # a real row needs no words
+
+
 # ---------------------------------------------------------------- one test's evidence
 
 def test_a_test_shows_where_its_pods_ran_not_where_they_were_placed():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from mpiplat.conformance.placement import Placement, placement, ran_on
 from mpiplat.conformance.placement import level as placement_level
 from mpiplat.conformance.prometheus import Prometheus
 from mpiplat.conformance.run import RUN_LABEL, Run
-from mpiplat.conformance.settings import SettingsError, load
+from mpiplat.conformance.settings import Settings, SettingsError, load
 from mpiplat.conformance.verdicts import Evidence
 from mpiplat.kube import Kube, KubeconfigError
 
@@ -34,6 +35,30 @@ PROFILES = {
     "cluster": lambda where: "sim" in where or "real" in where,
     "gpu": lambda where: True,
 }
+
+
+@dataclass
+class SuiteState:
+    """What one run of the suite keeps between pytest's hooks and fixtures (state(config))."""
+
+    settings: Settings
+    started: float = field(default_factory=time.monotonic)
+    outcomes: list[dict] = field(default_factory=list)  # one per test, as it ends
+    failures: list[dict] = field(default_factory=list)  # what handover.write packs for each failed test
+    failed_rows: set[str] = field(default_factory=set)  # --fail-fast-rows: rows with a failed test
+    not_run: dict[str, str] = field(default_factory=dict)  # catalog rows without a selected test, and why
+    last_module: Path | None = None  # the suite's last test module: its teardown ends the run
+    run: Run | None = None
+    kube: Kube | None = None
+    cluster: dict = field(default_factory=dict)
+    capabilities: dict = field(default_factory=dict)
+
+
+STATE = pytest.StashKey[SuiteState]()
+
+
+def state(config) -> SuiteState:
+    return config.stash[STATE]
 
 
 def pytest_addoption(parser):
@@ -64,15 +89,11 @@ def pytest_configure(config):
     # run inherited SIGINT ignored (a shell's background job does).
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    config._mpiplat_failed_rows = set()
     try:
-        config._mpiplat_settings = load(config.getoption("--settings"))
+        config.stash[STATE] = SuiteState(load(config.getoption("--settings")))
     except SettingsError as err:
         raise pytest.UsageError(str(err)) from err
-    watch.WAIT_SCALE = config._mpiplat_settings.timeouts["wait_scale"]
-    config._mpiplat_outcomes = []
-    config._mpiplat_failures = []  # what handover.write packs for each failed test
-    config._mpiplat_started = time.monotonic()
+    watch.WAIT_SCALE = state(config).settings.timeouts["wait_scale"]
 
 
 def _interrupt(signum, frame):
@@ -83,7 +104,8 @@ def _interrupt(signum, frame):
 def pytest_unconfigure(config):
     """The last word on the run's namespaces, reached however the session ended: an interrupt can
     cut a fixture's teardown short (pytest then drops the finalizers after it), never this."""
-    r = getattr(config, "_mpiplat_run", None)
+    s = config.stash.get(STATE, None)  # None: the settings were refused at configure
+    r = s.run if s else None
     if r is None or r.keep or not r.namespaces or r.gone:  # every namespace of the run is recorded before its create
         return
     try:
@@ -109,7 +131,7 @@ def pytest_collection_modifyitems(config, items):
     unknown = only - set(catalog.REQUIREMENTS)
     if unknown:
         raise pytest.UsageError(f"--only: unknown requirement id(s) {sorted(unknown)}; see conformance/catalog.yml")
-    settings = config._mpiplat_settings
+    settings = state(config).settings
     # Per-test timeouts from the settings, unless --timeout or the test's own marker says otherwise.
     timed = config.pluginmanager.hasplugin("timeout") and config.getoption("timeout", None) is None
     keep, drop = [], []
@@ -132,7 +154,7 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = sorted(keep, key=lambda i: not i.get_closest_marker("before_failures"))  # stable: else as collected
-    config._mpiplat_not_run = _not_run(profile, only, {_requirement(i)[0] for i in keep if SUITE in i.path.parents})
+    state(config).not_run = _not_run(profile, only, {_requirement(i)[0] for i in keep if SUITE in i.path.parents})
 
 
 def _not_run(profile: str, only: set[str], kept: set[str]) -> dict[str, str]:
@@ -154,7 +176,7 @@ def _not_run(profile: str, only: set[str], kept: set[str]) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def settings(pytestconfig):
-    return pytestconfig._mpiplat_settings
+    return state(pytestconfig).settings
 
 
 @pytest.fixture(scope="session")
@@ -163,8 +185,8 @@ def kube(pytestconfig):
     ~/.kube/config; --context, else the current context). The suite never starts a cluster."""
     try:
         k = Kube(pytestconfig.getoption("--kubeconfig"), pytestconfig.getoption("--context"))
-        pytestconfig._mpiplat_cluster = k.identity()
-        pytestconfig._mpiplat_kube = k
+        state(pytestconfig).cluster = k.identity()
+        state(pytestconfig).kube = k
     except KubeconfigError as err:
         pytest.exit(f"error: {err}", returncode=pytest.ExitCode.USAGE_ERROR)
     return k
@@ -179,7 +201,7 @@ def capabilities(pytestconfig, kube, settings):
             raise pytest.UsageError(f"--capability {spec!r}: allowed NAME=true|false with NAME in {caps.NAMES}")
         overrides[name] = value.lower() == "true"
     found = caps.detect(kube, settings.gpu_resource, overrides, settings.tolerations)
-    pytestconfig._mpiplat_capabilities = found.as_dict()
+    state(pytestconfig).capabilities = found.as_dict()
     return found
 
 
@@ -246,7 +268,7 @@ def trainjob_spec(place):
 @pytest.fixture(scope="session")
 def _session_run(pytestconfig, kube, settings, capabilities):
     r = Run(kube, settings, keep=pytestconfig.getoption("--keep"))
-    pytestconfig._mpiplat_run = r
+    state(pytestconfig).run = r
     if pytestconfig.getoption("--profile") == "preflight":
         r.namespace = _read_only  # type: ignore[method-assign]
     return r
@@ -254,7 +276,7 @@ def _session_run(pytestconfig, kube, settings, capabilities):
 
 def pytest_collection_finish(session):
     suite = [item.path for item in session.items if SUITE in item.path.parents]
-    session.config._mpiplat_last_module = suite[-1] if suite else None
+    state(session.config).last_module = suite[-1] if suite else None
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +288,7 @@ def run(_session_run, request):
     interrupt skip this teardown, pytest_unconfigure deletes and waits."""
     yield _session_run
     session = request.session
-    if request.path == session.config._mpiplat_last_module or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+    if request.path == state(session.config).last_module or session.exitstatus == pytest.ExitCode.INTERRUPTED:
         left = _session_run.cleanup()
         if left:
             raise RuntimeError(f"namespaces left after cleanup: {left}")
@@ -280,7 +302,7 @@ def _read_only(*_args, **_kwargs):
 
 def _test_namespaces(item) -> list[str]:
     """The namespaces the run created while `item` ran (from its setup on)."""
-    run = getattr(item.config, "_mpiplat_run", None)
+    run = state(item.config).run
     return run.namespaces[getattr(item, "_mpiplat_namespaces_from", 0):] if run else []
 
 
@@ -290,7 +312,7 @@ def _observe(pytestconfig):
     namespaces the test created. Where the API cannot say, its pods showed nothing."""
 
     def observe(item) -> set[str]:
-        kube, names = getattr(item.config, "_mpiplat_kube", None), _test_namespaces(item)
+        kube, names = state(item.config).kube, _test_namespaces(item)
         try:
             return ran_on(kube, names) if kube and names else set()
         except (ApiException, OSError, urllib3.exceptions.HTTPError):
@@ -316,7 +338,7 @@ def pytest_runtest_setup(item):
     item._mpiplat_evidence = Evidence()
     if item.get_closest_marker("read_only"):
         item._mpiplat_evidence.at_most("objects", "read-only: it creates nothing")
-    run = getattr(item.config, "_mpiplat_run", None)
+    run = state(item.config).run
     item._mpiplat_namespaces_from = len(run.namespaces) if run else 0
     item.config._mpiplat_item = item
 
@@ -324,7 +346,7 @@ def pytest_runtest_setup(item):
 @pytest.fixture(autouse=True)
 def _needs(request, capabilities):
     req = _requirement(request.node)
-    if req and req[0] in request.config._mpiplat_failed_rows:  # only with --fail-fast-rows
+    if req and req[0] in state(request.config).failed_rows:  # only with --fail-fast-rows
         pytest.skip(f"{req[0]}: not run, an earlier test of {req[0]} failed (--fail-fast-rows)")
     if req:
         missing = capabilities.missing(req[1])
@@ -353,11 +375,11 @@ def pytest_runtest_makereport(item, call):
                "diagnosis": getattr(item, "_mpiplat_diagnosis", ""), **shown.outcome(rep.outcome)}
     if outcome["status"] == "partial":
         outcome["message"] = "; ".join(outcome["partial"])
-    item.config._mpiplat_outcomes.append(outcome)
+    state(item.config).outcomes.append(outcome)
     if rep.outcome == "failed":
         _collect_failure(item, outcome)
         if item.config.getoption("--fail-fast-rows"):
-            item.config._mpiplat_failed_rows.add(req[0])
+            state(item.config).failed_rows.add(req[0])
     rep._mpiplat_line = (f"  {req[0]:9} {outcome['status'].upper():8} {outcome['evidence'] or '-':9} "
                          f"{rep.duration:6.1f}s  {item.name}")
 
@@ -366,11 +388,11 @@ def _collect_failure(item, outcome: dict) -> None:
     """A failed test's namespaces as the handover keeps them (snapshot.namespace), read now: the run
     deletes them when the module ends."""
     config = item.config
-    kube, names = getattr(config, "_mpiplat_kube", None), _test_namespaces(item)
+    kube, names = state(config).kube, _test_namespaces(item)
     text = outcome["message"] + (f"\n\ndiagnosis:\n{outcome['diagnosis']}" if outcome["diagnosis"] else "")
-    config._mpiplat_failures.append({
+    state(config).failures.append({
         "requirement": outcome["requirement"], "test": item.name, "message": text,
-        "namespaces": {ns: snapshot.namespace(kube, ns, config._mpiplat_settings.gpu_resource) for ns in names}
+        "namespaces": {ns: snapshot.namespace(kube, ns, state(config).settings.gpu_resource) for ns in names}
         if kube else {}})
 
 
@@ -389,32 +411,32 @@ def pytest_report_teststatus(report, config):
 def _not_reached(config) -> dict[str, str]:
     """Every catalog row with no outcome: why it was not selected, or that the session ended first
     (deselected by -k/-m, or stopped early)."""
-    ran = {o["requirement"] for o in config._mpiplat_outcomes}
-    why = getattr(config, "_mpiplat_not_run", {})
+    ran = {o["requirement"] for o in state(config).outcomes}
+    why = state(config).not_run
     return {rid: why.get(rid, "selected, but the session ended before it or -k/-m deselected it")
             for rid in catalog.REQUIREMENTS if rid not in ran}
 
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    outcomes = config._mpiplat_outcomes
+    outcomes = state(config).outcomes
     if not outcomes:
         return
-    run = getattr(config, "_mpiplat_run", None)
-    settings = config._mpiplat_settings
-    kube = getattr(config, "_mpiplat_kube", None)
+    run = state(config).run
+    settings = state(config).settings
+    kube = state(config).kube
     meta = {"run_id": run.id if run else None, "started": report.now(), "profile": config.getoption("--profile"),
-            "cluster": getattr(config, "_mpiplat_cluster", {}), "settings": settings.source,
-            "capabilities": getattr(config, "_mpiplat_capabilities", {}), "thresholds": settings.thresholds,
+            "cluster": state(config).cluster, "settings": settings.source,
+            "capabilities": state(config).capabilities, "thresholds": settings.thresholds,
             "wait_scale": settings.timeouts["wait_scale"], "differing": catalog.differing(settings.thresholds),
             "ai_checklist": config.getoption("--ai-checklist"),
-            "duration_s": time.monotonic() - config._mpiplat_started,
+            "duration_s": time.monotonic() - state(config).started,
             "handover": f"{handover.name(run.id if run else None)}.tar.gz"}
     out = Path(config.getoption("--report-dir"))
     data = report.write(out, outcomes, run.figures if run else [], meta, run.plots if run else [],
                         catalog.loosened(settings.thresholds),
                         snapshot.cluster(kube, settings.gpu_resource) if kube else None, _not_reached(config))
-    tarball = handover.write(out, meta["run_id"], data["files"], config._mpiplat_failures)
+    tarball = handover.write(out, meta["run_id"], data["files"], state(config).failures)
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr:
         tr.write_sep("=", "mpiplat conformance")

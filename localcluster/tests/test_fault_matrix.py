@@ -1,8 +1,9 @@
-"""The fault matrix against the local cluster: for each fault of mpiplat.localcluster.faults, the
-conformance suite (only the rows concerned, `--only`, each row stopped at its first failed test,
-`--fail-fast-rows`) must report each of those rows `failed`, with the fault's words in its message or
-diagnosis, and the rows it samples from faults.SAMPLE (Fault.sample) passed or partial; then the fault is
-undone and the cluster must be as before (healthy, and the objects faults touch unchanged: faults.baseline).
+"""The fault matrix against the local cluster: for each fault of mpiplat.localcluster.faults (the mechanics),
+the conformance suite (only the rows conformance/faults.yml names for it, `--only`, each row stopped at its
+first failed test, `--fail-fast-rows`) must report each of those rows `failed`, with the fault's words in its
+message or diagnosis, and the rows it samples (faultmatrix.SAMPLE, Expectation.sample) passed or partial; then
+the fault is undone and the cluster must be as before (healthy, and the objects faults touch unchanged:
+faults.baseline).
 
 Each fault's times (apply, suite, undo) are printed as it ends:
     pytest localcluster/tests/test_fault_matrix.py -p no:cacheprovider [-k FAULT]
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpiplat.conformance import settings
+from mpiplat.conformance import faultmatrix, settings
 from mpiplat.localcluster import cluster, faults, processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
@@ -57,24 +58,25 @@ def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 300)
 @pytest.mark.parametrize("fault", faults.matrix(), ids=lambda f: f.name)
 def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, before, tmp_path, capsys):
-    times, sampled = {}, fault.sample()
+    expected = faultmatrix.FAULTS[fault.name]
+    times, sampled = {}, expected.sample()
     start = time.monotonic()
     try:
         fault.apply()
         times["apply"] = time.monotonic() - start
-        proc, results = run_suite(fault.requirements + sampled, tmp_path, fault.wait_scale)
+        proc, results = run_suite(expected.requirements + sampled, tmp_path, expected.wait_scale)
         times["suite"] = time.monotonic() - start - times["apply"]
     finally:
         undo = time.monotonic()
         fault.undo()
         times["undo"] = time.monotonic() - undo
     with capsys.disabled():
-        print(f"\n  fault {fault.name} (waits x{fault.wait_scale:g}): apply {times.get('apply', 0):.0f}s, "
-              f"suite {times.get('suite', 0):.0f}s ({', '.join(fault.requirements)}; sampled "
+        print(f"\n  fault {fault.name} (waits x{expected.wait_scale:g}): apply {times.get('apply', 0):.0f}s, "
+              f"suite {times.get('suite', 0):.0f}s ({', '.join(expected.requirements)}; sampled "
               f"{', '.join(sampled)}), undo {times['undo']:.0f}s", flush=True)
     reqs = results["requirements"]
     wrong = []
-    for rid, words in fault.expect.items():
+    for rid, words in expected.expect.items():
         r = reqs.get(rid)
         if r is None:
             wrong.append(f"{rid} not in the report")
@@ -87,7 +89,7 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
         r = reqs.get(rid) or {"status": "not in the report", "message": ""}
         if r["status"] not in ("passed", "partial"):
             wrong.append(f"{rid} (sampled: the fault should leave it passing) {r['status']}: {r['message'][:600]}")
-    assert not wrong, f"under fault {fault.name} ({fault.what}):\n" + "\n".join(wrong) + \
+    assert not wrong, f"under fault {fault.name} ({expected.what}):\n" + "\n".join(wrong) + \
         f"\n--- suite output\n{proc.stdout[-4000:]}"
     assert cluster.status()["healthy"], f"the cluster is not healthy after undoing {fault.name}"
     assert faults.baseline() == before, f"undoing {fault.name} did not restore the cluster"

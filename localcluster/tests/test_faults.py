@@ -1,6 +1,6 @@
-"""The fault matrix offline: its list (mpiplat.localcluster.faults), the docs' table and the catalog agree,
-and every catalog row that runs locally has a fault. (Against the cluster:
-test_fault_matrix.py.)"""
+"""The fault matrix offline: its mechanics (mpiplat.localcluster.faults) and its data (conformance/faults.yml,
+mpiplat.conformance.faultmatrix) name the same faults, the docs' table is the one generated from the data,
+and every catalog row that runs locally has a fault. (Against the cluster: test_fault_matrix.py.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from mpiplat.conformance import faultmatrix
 from mpiplat.conformance.catalog import REQUIREMENTS
 from mpiplat.localcluster import faults
 
@@ -16,57 +18,46 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "field-engineer.md"
 LOCAL = {rid for rid, row in REQUIREMENTS.items() if "sim" in row["where"] or "real" in row["where"]}
 
 
-def _section(text: str, title: str) -> str:
-    start = text.index(f"## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end >= 0 else None]
+def test_the_mechanics_and_the_data_name_the_same_faults_each_once():
+    names = [f.name for f in faults.matrix()]
+    assert len(names) >= 15 and len(set(names)) == len(names)
+    assert names == list(faultmatrix.FAULTS), "localcluster/faults.py and conformance/faults.yml differ"
 
 
-def _table_rows(text: str, first_cell: str) -> list[list[str]]:
-    """The cells of the table rows whose first cell matches `first_cell` (a regex)."""
-    rows = []
-    for line in text.splitlines():
-        if line.startswith("|") and not line.startswith("|---"):
-            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-            if re.fullmatch(first_cell, cells[0]):
-                rows.append(cells)
-    return rows
-
-
-def _doc() -> dict[str, dict]:
-    section = _section(DOC.read_text(), "The fault matrix")
-    table = {}
-    for name, what, rows, words, waits, _time in _table_rows(section, r"`[a-z0-9-]+`"):
-        expect = {}
-        for part in words.split("; "):
-            rid, _, said = part.partition(": ")
-            expect[rid] = tuple(re.findall(r'"([^"]+)"', said))
-        table[name.strip("`")] = {"what": what, "rows": rows.split(", "), "expect": expect,
-                                  "wait_scale": float(waits.lstrip("x"))}
-    return table
-
-
-def test_every_fault_is_a_row_of_the_docs_table_and_the_reverse():
-    table = _doc()
-    matrix = {f.name: f for f in faults.matrix()}
-    assert sorted(table) == sorted(matrix), "the docs table (The fault matrix) and localcluster/faults.py differ"
-    for name, f in matrix.items():
-        assert table[name] == {"what": f.what, "rows": f.requirements, "expect": dict(sorted(f.expect.items())),
-                               "wait_scale": f.wait_scale}, name
+def test_the_docs_table_is_generated_from_the_data():
+    text = DOC.read_text()
+    assert faultmatrix.with_table(text) == text, (
+        "docs/field-engineer.md's fault table is not conformance/faults.yml's: run "
+        "python -m mpiplat.conformance.faultmatrix --write docs/field-engineer.md")
 
 
 def test_every_local_catalog_row_has_a_fault():
-    covered = {rid for f in faults.matrix() for rid in f.requirements}
-    assert covered <= set(REQUIREMENTS), covered - set(REQUIREMENTS)
+    covered = {rid for e in faultmatrix.FAULTS.values() for rid in e.requirements}
     assert LOCAL <= covered, f"local rows without a fault: {sorted(LOCAL - covered)}"
-    assert all(0 < f.wait_scale <= 1 for f in faults.matrix())
 
 
-def test_at_least_15_faults_each_named_once_each_with_words_to_find():
-    names = [f.name for f in faults.matrix()]
-    assert len(names) >= 15 and len(set(names)) == len(names)
-    for f in faults.matrix():
-        assert f.expect and all(words and all(w.strip() for w in words) for words in f.expect.values()), f.name
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d["faults"]["kueue-stopped"]["expect"].update({"XYZ-01": ["w"]}), "expect.XYZ-01 is not a catalog row"),
+    (lambda d: d["faults"]["kueue-stopped"]["expect"].update({"INS-01": []}), "expect.INS-01 needs words to find"),
+    (lambda d: d["faults"]["kueue-stopped"]["expect"].update({"INS-01": [" "]}), "expect.INS-01 needs words to find"),
+    (lambda d: d["faults"]["kueue-stopped"].update({"waits": 2}), "waits 2 is not in (0, 1]"),
+    (lambda d: d["faults"]["kueue-stopped"].update({"affects": ["JOB-01"]}), "affects JOB-01, which is not in sample"),
+])
+def test_wrong_data_is_refused_naming_the_fault_and_field(tmp_path, change, says):
+    data = yaml.safe_load(faultmatrix.FILE.read_text())
+    change(data)
+    path = tmp_path / "faults.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=re.escape(f"kueue-stopped: {says}")):
+        faultmatrix._load(path)
+
+
+def test_the_table_is_replaced_only_between_its_markers():
+    text = f"intro\n{faultmatrix.BEGIN}\nold table\n{faultmatrix.END}\nafter\n"
+    fm = faultmatrix
+    assert fm.with_table(text) == f"intro\n{fm.BEGIN}\n{fm.table()}{fm.END}\nafter\n"
+    with pytest.raises(ValueError, match="needs one line"):
+        faultmatrix.with_table("no markers\n")
 
 
 @pytest.mark.parametrize("obj, kept", [
@@ -103,10 +94,9 @@ def test_the_kueue_faults_drop_what_they_say_from_the_local_configuration(monkey
 
 def test_each_fault_samples_two_rows_it_should_not_touch_and_the_matrix_samples_them_all():
     sampled = set()
-    for fault in faults.matrix():
-        rows = fault.sample()
-        assert len(rows) == 2 and not set(rows) & (set(fault.expect) | set(fault.affects)), (fault.name, rows)
-        assert fault.wait_scale >= 1 or set(rows) <= set(faults.NO_WAIT), (fault.name, rows)
-        assert set(fault.affects) <= set(faults.SAMPLE), (fault.name, fault.affects)
+    for e in faultmatrix.FAULTS.values():
+        rows = e.sample()
+        assert len(rows) == 2 and not set(rows) & (set(e.expect) | set(e.affects)), (e.name, rows)
+        assert e.wait_scale >= 1 or set(rows) <= set(faultmatrix.NO_WAIT), (e.name, rows)
         sampled |= set(rows)
-    assert sampled == set(faults.SAMPLE)
+    assert sampled == set(faultmatrix.SAMPLE)
