@@ -3,6 +3,7 @@ arrives (test_run_cleanup.py proves the same against a fake API at exact points)
 
 from __future__ import annotations
 
+import secrets
 import signal
 import subprocess
 import sys
@@ -10,19 +11,21 @@ import threading
 import time
 
 import pytest
+import yaml
 from kubernetes import watch
 
+from mpiplat.conformance import settings
 from mpiplat.conformance.run import RUN_LABEL
 
 pytestmark = pytest.mark.cluster
 
 
 class RunNamespaces:
-    """Watches the namespaces of conformance runs that appear after it starts: the first run seen
-    is the one under test."""
+    """Watches the namespaces of the conformance run under test: those named with its own `prefix` (other
+    runs, e.g. the suite's in another CI lane, share the cluster and the run label)."""
 
-    def __init__(self, kube):
-        self.kube = kube
+    def __init__(self, kube, prefix: str):
+        self.kube, self.prefix = kube, prefix
         self.run_id: str | None = None
         self.created: dict[str, float] = {}  # name -> when first seen
         self.deleting: dict[str, float] = {}  # name -> when first seen with a deletionTimestamp
@@ -41,7 +44,8 @@ class RunNamespaces:
                 ns = ev["object"]
                 self._rv = ns.metadata.resource_version
                 name, run_id = ns.metadata.name, (ns.metadata.labels or {}).get(RUN_LABEL)
-                if name in self._before or (self.run_id and run_id != self.run_id):
+                if name in self._before or not name.startswith(self.prefix + "-") or (
+                        self.run_id and run_id != self.run_id):
                     continue
                 self.run_id = run_id
                 self.created.setdefault(name, time.monotonic())
@@ -84,9 +88,13 @@ CASES = [(phase, [signal.SIGINT, signal.SIGTERM][i % 2]) for i, phase in enumera
                          ids=[f"{'Ctrl-C' if sig == signal.SIGINT else 'SIGTERM'}-{phase}" for phase, sig in CASES])
 def test_interrupted_run_deletes_its_namespaces(kube, tmp_path, sig, phase):
     only, moment = PHASES[phase]
-    seen = RunNamespaces(kube)
+    local = yaml.safe_load(settings.LOCAL.read_text())
+    local["namespace_prefix"] = prefix = f"mpiplat-int-{secrets.token_hex(3)}"
+    (tmp_path / "settings.yml").write_text(yaml.safe_dump(local))
+    seen = RunNamespaces(kube, prefix)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "mpiplat.cli", "conformance", "run", "--only", only,
+                                 "--settings", str(tmp_path / "settings.yml"),
                                  "--report-dir", str(tmp_path), "--kubeconfig", kube.kubeconfig], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 180
