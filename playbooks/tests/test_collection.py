@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import yaml
@@ -56,3 +57,14 @@ def test_the_venvs_ansible_finds_this_checkout_from_any_folder():
     assert json.loads(proc.stdout.split("=>", 1)[1])["msg"] == str(ROOT / "charts" / "mpi-tenant")
     proc = _debug("{{ lookup('mpiplat.platform.path', 'charts/nope') }}")
     assert proc.returncode != 0 and "'charts/nope' is not a file or folder of the collection" in proc.stdout
+
+
+def test_the_built_collection_holds_the_roles_playbooks_and_plugins_only(tmp_path):
+    galaxy = str(Path(sys.executable).parent / "ansible-galaxy")
+    proc = subprocess.run([galaxy, "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with tarfile.open(tmp_path / "mpiplat-platform-0.1.0.tar.gz") as tar:
+        tops = {name.split("/")[0] for name in tar.getnames()}
+    assert {"roles", "playbooks", "plugins", "charts", "meta", "MANIFEST.json"} <= tops
+    assert not tops & {".ansible", ".venv", "conformance", "localcluster", "src", "molecule", "build"}, tops
