@@ -13,7 +13,7 @@ from urllib3.exceptions import HTTPError
 
 from mpiplat import queues
 from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, REQUIRED_TOPOLOGY, ROLE_LABEL, SSH_PORT
-from mpiplat.kube import LOCALQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kube, condition, has_condition
+from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kube, condition, has_condition
 
 _PULL = "check the image name and tag, the pull secret, or the registry mirror (mpiplat_image_registry)"
 _PASSWD_FIX = ("make /etc/passwd group-0 writable and complete it in the entrypoint (set args, not command, so the "
@@ -271,6 +271,10 @@ def _queued(kube: Kube, namespace: str, name: str, gpu_resource: str) -> Diagnos
                          f"the job requires one domain of a Topology level ({REQUIRED_TOPOLOGY}); it starts when "
                          "running jobs free one. Ask for fewer pods, or require a coarser level", [lq_message])
     cq_name = cq_name or _cluster_queue_of(kube, namespace, wl["spec"].get("queueName", ""))
+    stopped = _cluster_queue_stopped(kube, cq_name) if cq_name else None
+    if stopped:
+        cause, remedy = stopped
+        return Diagnosis(f"{namespace}/{name}", "Queued", cause, remedy, [lq_message] if lq_message else [])
     cap = None
     if cq_name:
         try:
@@ -287,6 +291,28 @@ def _queued(kube: Kube, namespace: str, name: str, gpu_resource: str) -> Diagnos
         cause = f"queued in {wl['spec'].get('queueName')}: {lq_message}"
         remedy = "check the LocalQueue and ClusterQueue"
     return Diagnosis(f"{namespace}/{name}", "Queued", cause, remedy, [lq_message] if lq_message else [])
+
+
+def _cluster_queue_stopped(kube: Kube, name: str) -> tuple[str, str] | None:
+    """(cause, remedy) where ClusterQueue `name` admits nothing whatever its quota: held by its stopPolicy, or
+    not Active (e.g. a ResourceFlavor it names is missing); None otherwise, or where it cannot be read."""
+    try:
+        cq = kube.find(CLUSTERQUEUE, name)
+    except ApiException:  # e.g. 403: a team member may not read ClusterQueues
+        return None
+    if cq is None:
+        return None
+    policy = (cq.get("spec") or {}).get("stopPolicy") or "None"
+    if policy != "None":
+        return (f"queued: ClusterQueue {name} is held (stopPolicy: {policy}): it admits no job whatever its quota",
+                f"release it when its owner agrees: kubectl patch clusterqueue {name} --type=merge "
+                "-p '{\"spec\":{\"stopPolicy\":\"None\"}}'")
+    active = condition(cq, "Active")
+    if active is not None and active.get("status") != "True":
+        return (f"queued: ClusterQueue {name} is inactive ({active.get('reason', '')}: {active.get('message', '')})",
+                f"fix what its Active condition names (kubectl get clusterqueue {name} -o yaml), e.g. create the "
+                "ResourceFlavors it lists")
+    return None
 
 
 def _cluster_queue_of(kube: Kube, namespace: str, local_queue: str) -> str | None:

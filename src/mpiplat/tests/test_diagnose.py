@@ -690,3 +690,36 @@ def test_diagnose_says_when_the_jobs_topology_has_no_room():
     assert (found.state, found.cause) == ("Queued", f"queued: no domain of its Topology has room for all its pods: "
                                                     f"{message}"), found
     assert jobs.REQUIRED_TOPOLOGY in found.remedy
+
+
+@pytest.mark.parametrize("cq_spec, cq_status, says, fix", [
+    ({"stopPolicy": "Hold"}, {}, "queued: ClusterQueue team-a is held (stopPolicy: Hold)", '"stopPolicy":"None"'),
+    ({"stopPolicy": "HoldAndDrain"}, {}, "is held (stopPolicy: HoldAndDrain)", "kubectl patch clusterqueue team-a"),
+    ({}, {"conditions": [{"type": "Active", "status": "False", "reason": "FlavorNotFound",
+                          "message": "Can't admit new workloads: references missing ResourceFlavor(s): gpu."}]},
+     "queued: ClusterQueue team-a is inactive (FlavorNotFound: Can't admit new workloads", "ResourceFlavors"),
+])
+def test_a_held_or_inactive_cluster_queue_is_the_cause_before_any_quota(cq_spec, cq_status, says, fix):
+    """The queue's quota would let the job in (12 GPUs, none in use), but the queue admits nothing: the
+    diagnosis names the hold or the inactive queue first, with its remedy, not the arithmetic."""
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="ns", queue="lq", gpus_per_worker=1))
+    workload = {"metadata": {"name": "mpijob-j", "ownerReferences": [{"name": "j"}]},
+                "spec": {"queueName": "lq", "podSets": []},
+                "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                           "message": "ClusterQueue team-a is inactive"}]}}
+    cq = _cq("team-a", 12) | {"spec": {**_cq("team-a", 12)["spec"], **cq_spec}}
+    cq["status"] = {**cq["status"], **cq_status}
+
+    class _Held(_QuietKube):
+        def list(self, kind, namespace, label_selector=""):
+            return [workload] if kind == WORKLOAD else []
+
+        def get(self, kind, name, namespace=None):
+            return {"spec": {"clusterQueue": "team-a"}} if kind == LOCALQUEUE else self.job
+
+        def find(self, kind, name, namespace=None):
+            return cq if kind == CLUSTERQUEUE else self.job
+
+    found = diagnose(_Held(job, []), "ns", "j")
+    assert found.state == "Queued" and says in found.cause and fix in found.remedy, found
+    assert "GPUs" not in found.cause
