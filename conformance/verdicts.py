@@ -157,6 +157,20 @@ def requirement(tests: list[dict], loosened: Iterable[dict] = ()) -> dict:
                                if t["status"] == "failed" and t.get("diagnosis")), "")}
 
 
+def short_of_profile(requirements: Mapping[str, dict], where: Mapping[str, str]) -> list[str]:
+    """The rows of a run that showed less than its profile expects (a strict run exits non-zero for them):
+    failed, skipped or partial, or passed with less than `real` evidence where the catalog runs the row on
+    real pods (`where` names real: the cluster could have shown it for real). Rows not run are not counted."""
+    short = []
+    for rid, r in requirements.items():
+        first = (r.get("message") or "").splitlines()[0][:120] if r.get("message") else ""
+        if r["status"] in ("failed", "skipped", "partial"):
+            short.append(f"{rid} {r['status']}" + (f": {first}" if first else ""))
+        elif r["status"] == "passed" and "real" in where.get(rid, "") and r.get("evidence") != "real":
+            short.append(f"{rid} shown {r.get('evidence') or 'by no pod'}, not real")
+    return short
+
+
 def aggregate(outcomes: list[dict], loosened: Iterable[dict] = (),
               not_run: Mapping[str, str] | None = None) -> dict[str, dict]:
     """Per requirement (sorted by id): its tests, total duration and verdict (see `requirement`). Each row

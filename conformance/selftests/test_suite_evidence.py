@@ -255,3 +255,31 @@ def test_fail_fast_rows_skips_the_rest_of_a_failed_row_only(tmp_path, fail_fast)
             "FAIL-01: not run, an earlier test of FAIL-01 failed (--fail-fast-rows)"
     else:
         assert tests["test_b_after"]["status"] == "passed"
+
+
+STRICT_TESTS = HEADER + '''
+@pytest.mark.requirement("JOB-01")
+def test_ranks_on_kwok_only(mpijob_spec, request):
+    mpijob_spec("a", "ns")  # JOB-01 runs on real pods where the cluster has them; here it ran on KWOK
+    request.node.ran = {"simulated"}
+
+
+@pytest.mark.requirement("JOB-04")
+def test_real_ranks(trainjob_spec, request):
+    trainjob_spec("t", "ns", real=True)
+    request.node.ran = {"real"}
+'''
+
+
+def test_a_strict_run_exits_1_when_a_row_shows_less_than_the_profile_expects(tmp_path):
+    """The same passing run: exit 0 as it is, exit 1 with --strict-verdicts, which names the row and why."""
+    proc, _ = _run(tmp_path, "--only=JOB-01,JOB-04", tests=STRICT_TESTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, _ = _run(tmp_path, "--only=JOB-01,JOB-04", "--strict-verdicts", tests=STRICT_TESTS)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "strict: 1 row(s) showed less than the profile expects, exit 1: JOB-01 shown simulated, not real" \
+        in proc.stdout, proc.stdout
+    real_only = STRICT_TESTS.replace('request.node.ran = {"simulated"}', 'request.node.ran = {"real"}') \
+        .replace('mpijob_spec("a", "ns")', 'mpijob_spec("a", "ns", real=True)')
+    proc, _ = _run(tmp_path, "--only=JOB-01,JOB-04", "--strict-verdicts", tests=real_only)
+    assert proc.returncode == 0 and "strict:" not in proc.stdout, proc.stdout + proc.stderr

@@ -329,3 +329,15 @@ def test_results_json_carries_the_verdicts(tmp_path):
     assert "answering\n# the v1.37 checklist" in (tmp_path / "ai-conformance.yaml").read_text()
     assert data["files"] == ["results.json", "junit.xml", "report.md", "report.html", "checklist.md",
                              "ai-conformance.yaml"]
+
+
+def test_short_of_profile_lists_what_a_strict_run_refuses():
+    where = {"A-01": "sim + real", "B-01": "sim", "C-01": "real", "D-01": "real", "E-01": "sim"}
+    rows = {"A-01": {"status": "passed", "evidence": "simulated", "message": "shown simulated: t: on KWOK"},
+            "B-01": {"status": "passed", "evidence": "objects", "message": ""},  # nothing asks more of a sim row
+            "C-01": {"status": "skipped", "evidence": None, "message": "needs pod_network\nmore"},
+            "D-01": {"status": "passed", "evidence": "real", "message": ""},
+            "E-01": {"status": "partial", "evidence": "simulated", "message": "threshold looser"},
+            "F-01": {"status": "not run", "evidence": None, "message": "profile"}}
+    assert verdicts.short_of_profile(rows, where) == [
+        "A-01 shown simulated, not real", "C-01 skipped: needs pod_network", "E-01 partial: threshold looser"]

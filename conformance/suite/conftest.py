@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance import capabilities as caps
-from mpiplat.conformance import catalog, handover, report, snapshot, watch
+from mpiplat.conformance import catalog, handover, report, snapshot, verdicts, watch
 from mpiplat.conformance.placement import Placement, placement, ran_on
 from mpiplat.conformance.placement import level as placement_level
 from mpiplat.conformance.prometheus import Prometheus
@@ -76,6 +76,9 @@ def pytest_addoption(parser):
     g.addoption("--ai-checklist", default=catalog.AI_CONFORMANCE["checklist"],
                 choices=sorted(catalog.AI_CONFORMANCE["checklists"]),
                 help="the Kubernetes AI Conformance checklist ai-conformance.yaml answers (default the newest)")
+    g.addoption("--strict-verdicts", action="store_true",
+                help="exit non-zero (1) when a row shows less than the profile expects: skipped, partial, or "
+                     "passed without real pods where the catalog runs it on real pods")
     g.addoption("--capability", action="append", default=[], metavar="NAME=BOOL",
                 help=f"override a detected capability ({', '.join(caps.NAMES)})")
 
@@ -450,3 +453,11 @@ def pytest_sessionfinish(session, exitstatus):
         summary = ", ".join(f"{n} {s}" for s, n in data["summary"].items())
         tr.write_line(f"requirements: {summary} in {meta['duration_s']:.0f}s; reports in {out}/ (report.html, "
                       f"report.md, results.json, junit.xml, checklist.md, {report.AI_FILE}); handover {tarball}")
+    if config.getoption("--strict-verdicts"):
+        short = verdicts.short_of_profile(data["requirements"],
+                                          {rid: row["where"] for rid, row in catalog.REQUIREMENTS.items()})
+        if short and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if tr and short:
+            tr.write_line(f"strict: {len(short)} row(s) showed less than the profile expects, exit 1: "
+                          + "; ".join(short))

@@ -129,6 +129,7 @@ def _conformance(args) -> int:
             argv.append(f"--{flag}={value}")
     argv += ["--keep"] if args.keep else []
     argv += ["--fail-fast-rows"] if args.fail_fast_rows else []
+    argv += ["--strict-verdicts"] if args.strict else []
     argv += [f"--capability={c}" for c in args.capability]
     # In this process, so Ctrl-C and SIGTERM reach the suite's own cleanup of its namespaces.
     # With --json, pytest's own output goes to stderr and stdout carries the results only.
@@ -229,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
     cr.add_argument("--keep", action="store_true", help="keep the run's namespaces")
     cr.add_argument("--fail-fast-rows", action="store_true",
                     help="once a test of a requirement failed, skip its other tests (the row is failed either way)")
+    cr.add_argument("--strict", action="store_true",
+                    help="exit 1 when a row shows less than the profile expects: skipped, partial, or passed "
+                         "without real pods where the catalog runs it on real pods (e.g. the real nodes cordoned)")
     cr.add_argument("--report-dir", default="reports/conformance")
     cr.add_argument("--ai-checklist", choices=sorted(AI_CONFORMANCE["checklists"]), default=AI_CONFORMANCE["checklist"],
                     help="the Kubernetes AI Conformance checklist ai-conformance.yaml answers (default the newest)")
