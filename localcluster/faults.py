@@ -673,6 +673,9 @@ def matrix() -> list[Fault]:
                       files={images.UID_ENTRYPOINT_PATH: ('#!/bin/sh\nexec "$@"\n', 0o755)}),
         ChangedObject("team-not-restricted", kind="namespace", obj_name=TEAM,
                       merge={"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}),
+        CreatedObjects("team-quota-no-pods", objs=[
+            {"apiVersion": "v1", "kind": "ResourceQuota",
+             "metadata": {"name": "mpiplat-fault-no-pods", "namespace": TEAM}, "spec": {"hard": {"pods": "0"}}}]),
         Scaled("coredns-stopped", namespace="kube-system", deployment="coredns", replicas=0),
         WorkerMemoryCapped("worker-oom"),
         DeletedObjects("dashboard-deleted", kind="configmaps", all_namespaces=True,

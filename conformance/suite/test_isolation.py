@@ -15,7 +15,7 @@ from mpiplat.conformance import identity
 from mpiplat.conformance.health import api_message
 from mpiplat.conformance.placement import Placement, pod_spec
 from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, deadline, submit_job, wait_pods, waited
-from mpiplat.kube import MPIJOB, label_selector
+from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, condition, label_selector
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 # What a job pod's ServiceAccount may not do in its namespace: (verb, API group, resource, subresource).
@@ -419,6 +419,57 @@ def test_team_namespaces_enforce_pod_security_restricted(kube, settings):
                          f"was {'refused for another reason: ' + refusal if refusal else 'admitted'} (a dry run): "
                          "does the API server run the PodSecurity admission plugin?")
     assert not wrong, "; ".join(wrong)
+
+
+@pytest.mark.requirement("ISO-06")
+@pytest.mark.read_only
+def test_each_team_can_run_a_job_in_its_own_namespace(kube, settings, mpijob_spec, evidence):
+    """The suite runs its jobs in namespaces of its own; users run theirs in their team's. For each configured
+    team, in the team's own namespace: a 2-worker MPIJob on the team's queue and one of its worker pods must be
+    admitted (server-side dry runs: quota, LimitRange, Pod Security, admission policies and webhooks answer,
+    nothing is created), and the team's LocalQueue must point at a ClusterQueue that is Active and not held.
+    Fails naming the team and what blocks it, e.g. a ResourceQuota that allows no pod."""
+    evidence.at_most("objects", "server-side dry runs and the queues' objects in each team's namespace")
+    wrong = []
+    for team in settings.teams:
+        ns = team.namespace
+        manifest = jobs.mpijob(mpijob_spec(f"{settings.namespace_prefix}-ready", ns, workers=2, queue=team.queue))
+        try:
+            kube.dry_run_create(f"/apis/{MPIJOB.group}/{MPIJOB.version}/namespaces/{ns}/{MPIJOB.plural}", manifest)
+        except ApiException as err:
+            if err.status not in (400, 403, 422):
+                raise
+            wrong.append(f"team {team.name}: an MPIJob is refused in its namespace {ns}: {api_message(err)}")
+            continue
+        template = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
+               "metadata": {"name": f"{manifest['metadata']['name']}-worker-0",
+                            "labels": (template.get("metadata") or {}).get("labels") or {}}}
+        refusal = _dry_run_refusal(kube, ns, pod)
+        if refusal:
+            wrong.append(f"team {team.name}: a worker pod of its MPIJob is refused in its namespace {ns}: {refusal}")
+        if team.queue:
+            wrong += _queue_problems(kube, team)
+    assert not wrong, "; ".join(wrong)
+
+
+def _queue_problems(kube, team) -> list[str]:
+    """Why the team's LocalQueue admits nothing: missing, or its ClusterQueue missing, held or inactive."""
+    lq = kube.find(LOCALQUEUE, team.queue, team.namespace)
+    if lq is None:
+        return [f"team {team.name}: its LocalQueue {team.queue} does not exist in {team.namespace}"]
+    name = lq["spec"].get("clusterQueue", "")
+    cq = kube.find(CLUSTERQUEUE, name)
+    if cq is None:
+        return [f"team {team.name}: its LocalQueue {team.queue} points at ClusterQueue {name!r}, which does not exist"]
+    policy = cq["spec"].get("stopPolicy") or "None"
+    if policy != "None":
+        return [f"team {team.name}: its ClusterQueue {name} is held (stopPolicy: {policy}): it admits no job"]
+    active = condition(cq, "Active")
+    if not active or active.get("status") != "True":
+        return [f"team {team.name}: its ClusterQueue {name} is not Active: "
+                f"{(active or {}).get('reason', 'no Active condition')}: {(active or {}).get('message', '')}"]
+    return []
 
 
 @pytest.mark.requirement("ISO-05", needs=["pod_network"])
