@@ -10,12 +10,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from mpiplat import jobs
+from mpiplat import jobs, queues
 from mpiplat.conformance import identity
 from mpiplat.conformance.health import api_message
 from mpiplat.conformance.placement import Placement, pod_spec
 from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, deadline, submit_job, wait_pods, waited
-from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, condition, label_selector
+from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, label_selector
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 # What a job pod's ServiceAccount may not do in its namespace: (verb, API group, resource, subresource).
@@ -462,14 +462,8 @@ def _queue_problems(kube, team) -> list[str]:
     cq = kube.find(CLUSTERQUEUE, name)
     if cq is None:
         return [f"team {team.name}: its LocalQueue {team.queue} points at ClusterQueue {name!r}, which does not exist"]
-    policy = cq["spec"].get("stopPolicy") or "None"
-    if policy != "None":
-        return [f"team {team.name}: its ClusterQueue {name} is held (stopPolicy: {policy}): it admits no job"]
-    active = condition(cq, "Active")
-    if not active or active.get("status") != "True":
-        return [f"team {team.name}: its ClusterQueue {name} is not Active: "
-                f"{(active or {}).get('reason', 'no Active condition')}: {(active or {}).get('message', '')}"]
-    return []
+    found = queues.admits_nothing(cq)
+    return [f"team {team.name}: its ClusterQueue {name} {found[1]}: it admits no job"] if found else []
 
 
 @pytest.mark.requirement("ISO-05", needs=["pod_network"])

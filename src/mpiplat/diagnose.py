@@ -300,19 +300,17 @@ def _cluster_queue_stopped(kube: Kube, name: str) -> tuple[str, str] | None:
         cq = kube.find(CLUSTERQUEUE, name)
     except ApiException:  # e.g. 403: a team member may not read ClusterQueues
         return None
-    if cq is None:
+    found = queues.admits_nothing(cq) if cq is not None else None
+    if found is None:
         return None
-    policy = (cq.get("spec") or {}).get("stopPolicy") or "None"
-    if policy != "None":
-        return (f"queued: ClusterQueue {name} is held (stopPolicy: {policy}): it admits no job whatever its quota",
+    how, why = found
+    if how == "held":
+        return (f"queued: ClusterQueue {name} {why}: it admits no job whatever its quota",
                 f"release it when its owner agrees: kubectl patch clusterqueue {name} --type=merge "
                 "-p '{\"spec\":{\"stopPolicy\":\"None\"}}'")
-    active = condition(cq, "Active")
-    if active is not None and active.get("status") != "True":
-        return (f"queued: ClusterQueue {name} is inactive ({active.get('reason', '')}: {active.get('message', '')})",
-                f"fix what its Active condition names (kubectl get clusterqueue {name} -o yaml), e.g. create the "
-                "ResourceFlavors it lists")
-    return None
+    return (f"queued: ClusterQueue {name} {why}",
+            f"fix what its Active condition names (kubectl get clusterqueue {name} -o yaml), e.g. create the "
+            "ResourceFlavors it lists")
 
 
 def _cluster_queue_of(kube: Kube, namespace: str, local_queue: str) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mpiplat.kube import CLUSTERQUEUE, Kube
+from mpiplat.kube import CLUSTERQUEUE, Kube, condition
 
 
 def _num(value) -> int:
@@ -41,6 +41,19 @@ class GpuCapacity:
     def most(self) -> int:
         """The largest request this queue can ever admit (nominal quota plus all it may borrow)."""
         return self.nominal + self.borrow_ceiling
+
+
+def admits_nothing(cq: dict) -> tuple[str, str] | None:
+    """("held" or "inactive", why) where ClusterQueue `cq` admits no job whatever its quota: held by its
+    stopPolicy, or not Active (e.g. a ResourceFlavor it names is missing); None otherwise."""
+    policy = (cq.get("spec") or {}).get("stopPolicy") or "None"
+    if policy != "None":
+        return "held", f"is held (stopPolicy: {policy})"
+    active = condition(cq, "Active")
+    if active is None or active.get("status") != "True":
+        return "inactive", (f"is inactive ({(active or {}).get('reason', 'no Active condition')}: "
+                            f"{(active or {}).get('message', '')})")
+    return None
 
 
 def gpu_capacity(kube: Kube, name: str, gpu: str) -> GpuCapacity:
