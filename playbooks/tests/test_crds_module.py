@@ -1,0 +1,95 @@
+"""The module mpiplat.platform.crds on the local cluster, with a CRD of this test's own: it applies a new CRD
+and waits until Established, leaves one the cluster holds as written alone, applies again what drifted (a
+label of ours changed by hand) or what a new pin changes, and in --check applies nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUP = f"t{uuid.uuid4().hex[:8]}.mpiplat.io"
+NAME = f"widgets.{GROUP}"
+
+pytestmark = pytest.mark.cluster
+
+
+def _crd(description: str = "a widget") -> dict:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/part-of": "mpiplat"}},
+        "spec": {"group": GROUP, "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                     "type": "object", "description": description,
+                     "x-kubernetes-preserve-unknown-fields": True}}}]},
+    }
+
+
+def _module(env: dict, crd: dict, *args: str) -> dict:
+    """One run of the module through ansible (localhost), its JSON result."""
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible")), "localhost", "-m", "mpiplat.platform.crds",
+         "-a", json.dumps({"definitions": [crd], "wait_timeout": 60}), *args],
+        cwd=ROOT, env=dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json"),
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    result = json.loads(run.stdout[run.stdout.index("{"):])
+    return result["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.fixture
+def own_crd(kube):
+    """This test's CRD name; the CRD is deleted after the test."""
+    yield NAME
+    try:
+        kube.apiext.delete_custom_resource_definition(NAME)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def _live(kube) -> dict:
+    return kube.apiext.read_custom_resource_definition(NAME).to_dict()
+
+
+def test_applies_what_changed_and_nothing_else(kube, ansible_env, own_crd):
+    check = _module(ansible_env, _crd(), "--check")
+    assert check["changed"] and check["applied"] == [NAME]
+    with pytest.raises(ApiException):
+        _live(kube)
+
+    first = _module(ansible_env, _crd())
+    assert first["changed"] and first["applied"] == [NAME]
+    conditions = {c["type"]: c["status"] for c in _live(kube)["status"]["conditions"]}
+    assert conditions["Established"] == "True"
+
+    again = _module(ansible_env, _crd())
+    assert not again["changed"] and again["applied"] == [] and again["names"] == [NAME]
+
+    kube.apiext.patch_custom_resource_definition(
+        NAME, {"metadata": {"labels": {"app.kubernetes.io/part-of": "someone-else"}}})
+    drifted = _module(ansible_env, _crd())
+    assert drifted["changed"] and drifted["applied"] == [NAME]
+    assert _live(kube)["metadata"]["labels"]["app.kubernetes.io/part-of"] == "mpiplat"
+
+    newer = _module(ansible_env, _crd("a widget, v2"))
+    assert newer["changed"]
+    schema = _live(kube)["spec"]["versions"][0]["schema"]["open_apiv3_schema"]
+    assert schema["description"] == "a widget, v2"
+
+
+def test_refuses_anything_but_a_crd_before_changing_anything(ansible_env):
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible")), "localhost", "-m", "mpiplat.platform.crds",
+         "-a", json.dumps({"definitions": [{"kind": "ConfigMap", "metadata": {"name": "x"}}]})],
+        cwd=ROOT, env=ansible_env, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert re.search(r"definitions: ConfigMap/x is not a named CustomResourceDefinition", run.stdout), run.stdout
