@@ -15,19 +15,8 @@ from mpiplat.sdk import Client
 
 __all__ = ["JOB_LABEL", "ROLE_LABEL"]  # re-exported for the suite's tests
 
-# The settings' timeouts.wait_scale, set once per run by the suite's conftest.
-WAIT_SCALE = 1.0
-
-
-def waited(seconds: float) -> float:
-    """How long the suite waits for something that takes well under `seconds` on a healthy cluster:
-    `seconds` times the settings' timeouts.wait_scale. Every wait of the suite goes through this."""
-    return seconds * WAIT_SCALE
-
-
-def deadline(seconds: float) -> float:
-    """The time.monotonic() at which a wait of `seconds` (scaled by waited()) ends."""
-    return time.monotonic() + waited(seconds)
+# Every wait of the suite goes through its `kube` (Kube(wait_scale=timeouts.wait_scale)): kube.wait_for() scales
+# its timeout, kube.waited()/kube.deadline() scale the suite's own waits.
 
 
 def submit(kube: Kube, kind: Kind, manifest: dict) -> tuple[dict, float]:
@@ -47,7 +36,7 @@ def submit_job(kube: Kube, job: MPIJob | dict) -> MPIJob:
 def condition_times(kube: Kube, kind: Kind, name: str, namespace: str, until: tuple[str, ...],
                     timeout: float, start: float | None = None) -> dict[str, float]:
     """Seconds from `start` (default now) at which each condition type was first seen True,
-    watching until one of `until` is True (for waited(timeout) seconds). Order of insertion is the order seen.
+    watching until one of `until` is True (for kube.waited(timeout) seconds). Order of insertion is the order seen.
     An MPIJob that times out is diagnosed in the TimeoutError."""
     start = start if start is not None else time.monotonic()
     seen: dict[str, float] = {}
@@ -59,7 +48,7 @@ def condition_times(kube: Kube, kind: Kind, name: str, namespace: str, until: tu
         return any(has_condition(obj, u) for u in until)
 
     try:
-        kube.wait_for(kind, name, namespace, check, waited(timeout), what=" or ".join(until))
+        kube.wait_for(kind, name, namespace, check, timeout, what=" or ".join(until))
     except TimeoutError as err:
         if kind is not MPIJOB:
             raise
@@ -68,9 +57,9 @@ def condition_times(kube: Kube, kind: Kind, name: str, namespace: str, until: tu
 
 
 def wait_pods(kube: Kube, namespace: str, selector: str, done: Callable[[list], bool], timeout: float) -> list:
-    """Watch pods matching `selector` until done(pods) holds (for waited(timeout) seconds); returns the pods.
+    """Watch pods matching `selector` until done(pods) holds (for kube.waited(timeout) seconds); returns the pods.
     Where the selector names a job (JOB_LABEL=name), a TimeoutError holds its diagnosis."""
-    timeout = waited(timeout)
+    timeout = kube.waited(timeout)
     pods = {p.metadata.name: p for p in kube.core.list_namespaced_pod(namespace, label_selector=selector).items}
     if done(list(pods.values())):
         return list(pods.values())

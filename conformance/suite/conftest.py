@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance import capabilities as caps
-from mpiplat.conformance import catalog, handover, report, snapshot, verdicts, watch
+from mpiplat.conformance import catalog, handover, report, snapshot, verdicts
 from mpiplat.conformance.placement import Placement, placement, ran_on
 from mpiplat.conformance.placement import level as placement_level
 from mpiplat.conformance.prometheus import Prometheus
@@ -96,7 +96,6 @@ def pytest_configure(config):
         config.stash[STATE] = SuiteState(load(config.getoption("--settings")))
     except SettingsError as err:
         raise pytest.UsageError(str(err)) from err
-    watch.WAIT_SCALE = state(config).settings.timeouts["wait_scale"]
 
 
 def _interrupt(signum, frame):
@@ -185,9 +184,11 @@ def settings(pytestconfig):
 @pytest.fixture(scope="session")
 def kube(pytestconfig):
     """The cluster under test, found like kubectl finds it (--kubeconfig, else $KUBECONFIG, else
-    ~/.kube/config; --context, else the current context). The suite never starts a cluster."""
+    ~/.kube/config; --context, else the current context). The suite never starts a cluster. Every wait of the
+    suite goes through it, scaled by the settings' timeouts.wait_scale (kube.wait_for, kube.waited/deadline)."""
     try:
-        k = Kube(pytestconfig.getoption("--kubeconfig"), pytestconfig.getoption("--context"))
+        k = Kube(pytestconfig.getoption("--kubeconfig"), pytestconfig.getoption("--context"),
+                 wait_scale=state(pytestconfig).settings.timeouts["wait_scale"])
         state(pytestconfig).cluster = k.identity()
         state(pytestconfig).kube = k
     except KubeconfigError as err:

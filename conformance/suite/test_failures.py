@@ -19,7 +19,6 @@ from mpiplat.conformance.watch import (
     pull_failure,
     submit_job,
     wait_pods,
-    waited,
 )
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import MPIJOB
@@ -44,11 +43,11 @@ def test_worker_killed_fails_the_job_fast_and_is_diagnosed(kube, run, settings, 
 
 def _line_seen(kube, namespace: str, pod: str, text: str, timeout: float) -> tuple[float, float] | None:
     """Follow the pod's log: (monotonic time the follow began, monotonic time a line holding `text`
-    arrived), or None if its container ended (or waited(timeout) passed) first."""
+    arrived), or None if its container ended (or kube.waited(timeout) passed) first."""
     began = time.monotonic()
     w = watch.Watch()
     try:
-        for line in w.stream(kube.core.read_namespaced_pod_log, pod, namespace, _request_timeout=waited(timeout)):
+        for line in w.stream(kube.core.read_namespaced_pod_log, pod, namespace, _request_timeout=kube.waited(timeout)):
             if text in line:
                 w.stop()
                 return began, time.monotonic()
@@ -101,7 +100,7 @@ def _oom_injected(kube, run, settings, mpijob_spec, request) -> None:
     kube.core.patch_namespaced_pod(victim.metadata.name, ns, annotate)
     w = watch.Watch()
     for ev in w.stream(kube.core.list_namespaced_pod, ns, field_selector=f"metadata.name={victim.metadata.name}",
-                       timeout_seconds=max(1, int(waited(60)))):
+                       timeout_seconds=max(1, int(kube.waited(60)))):
         if ev["object"].status.phase == "Failed":
             w.stop()
     died = time.monotonic()
@@ -170,8 +169,8 @@ def test_blocked_mpi_traffic_fails_the_job_and_is_diagnosed(kube, run, settings,
         seen = condition_times(kube, MPIJOB, "blocked", ns, until=("Failed", "Succeeded"),
                                timeout=BLOCKED_TO_FAILED_S, start=start)
     except TimeoutError:
-        pytest.fail(f"the job did not end within {waited(BLOCKED_TO_FAILED_S):.0f}s of its submission with worker 1's "
-                    f"SSH port closed; {diagnose(kube, ns, 'blocked', settings.gpu_resource)}")
+        pytest.fail(f"the job did not end within {kube.waited(BLOCKED_TO_FAILED_S):.0f}s of its submission with "
+                    f"worker 1's SSH port closed; {diagnose(kube, ns, 'blocked', settings.gpu_resource)}")
     found = diagnose(kube, ns, "blocked", settings.gpu_resource)
     request.node._mpiplat_diagnosis = str(found)
     assert "Failed" in seen, (f"the job did not fail with worker 1's SSH port closed by NetworkPolicy "

@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
 from mpiplat.conformance.placement import pod_spec
-from mpiplat.conformance.watch import deadline, submit_job, waited
+from mpiplat.conformance.watch import submit_job
 from mpiplat.kube import MPIJOB
 
 QUOTA_LABEL = {"mpiplat.io/gpu-quota": "true"}  # guardrails_quota_selector's default
@@ -36,7 +36,7 @@ def _rejected(kube, manifest: dict) -> tuple[str, float]:
 
 
 def _wait_for_quota(kube, ns: str, name: str, done, what: str, timeout: float = 30) -> None:
-    until, timeout = deadline(timeout), waited(timeout)
+    until, timeout = kube.deadline(timeout), kube.waited(timeout)
     while True:
         status = kube.core.read_namespaced_resource_quota(name, ns).status
         if status is not None and done(status):
@@ -50,7 +50,7 @@ def _wait_until_policy_rejects(kube, manifest: dict, policy: str, timeout: float
     """Dry-run `manifest` on the server until an admission policy rejects it: a policy whose params object was
     just created or changed holds only once the API server's policy informer has seen it."""
     meta = manifest["metadata"]
-    until, timeout = deadline(timeout), waited(timeout)
+    until, timeout = kube.deadline(timeout), kube.waited(timeout)
     while True:
         try:
             kube.custom.create_namespaced_custom_object(MPIJOB.group, MPIJOB.version, meta["namespace"],

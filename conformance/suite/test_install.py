@@ -11,7 +11,6 @@ from kubernetes.client.exceptions import ApiException
 from mpiplat.conformance import capabilities as caps
 from mpiplat.conformance import health
 from mpiplat.conformance.prometheus import Prometheus
-from mpiplat.conformance.watch import deadline
 from mpiplat.versions import load
 
 pytestmark = pytest.mark.read_only
@@ -187,7 +186,7 @@ def test_monitoring_dashboard_and_rules_present_and_valid(kube, settings, eviden
         return
     wanted = {rule["alert"]: rule["expr"] for r in found for g in r["spec"]["groups"] for rule in g["rules"]
               if rule.get("alert")}
-    until = deadline(RULES_LOADED_S)
+    until = kube.deadline(RULES_LOADED_S)
     while (missing := sorted(set(wanted) - set(loaded := prometheus.alerting_rules()))) and time.monotonic() < until:
         time.sleep(1)
     assert not missing, f"Prometheus at {prometheus.url} has not loaded the alerts {missing} of PrometheusRule " \

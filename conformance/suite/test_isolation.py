@@ -14,7 +14,7 @@ from mpiplat import jobs, queues
 from mpiplat.conformance import identity
 from mpiplat.conformance.health import api_message
 from mpiplat.conformance.placement import Placement, pod_spec
-from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, deadline, submit_job, wait_pods, waited
+from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, submit_job, wait_pods
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, label_selector
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -43,7 +43,7 @@ def _team_service_account(kube, team, ns: str) -> tuple[bool | None, str]:
         if err.status != 404:
             raise
         return None, f"team namespace {team.namespace} has no default ServiceAccount"
-    until = deadline(30)  # Kubernetes creates a new namespace's default ServiceAccount
+    until = kube.deadline(30)  # Kubernetes creates a new namespace's default ServiceAccount
     while automount is not None:
         try:
             kube.core.patch_namespaced_service_account("default", ns, {"automountServiceAccountToken": automount})
@@ -298,7 +298,7 @@ def _launcher_phase(kube, ns: str, job: str) -> tuple[str, str]:
 def _wait_ranks_report(kube, ns: str, job: str, workers: set[str], timeout: float) -> None:
     """Wait until the launcher's log has a "rank on <worker>" line from every worker: mpirun reached
     them over SSH, its daemons called back, and the ranks' output came back."""
-    until, timeout = deadline(timeout), waited(timeout)
+    until, timeout = kube.deadline(timeout), kube.waited(timeout)
     while True:
         phase, log = _launcher_phase(kube, ns, job)
         if all(f"rank on {w}" in log for w in workers):

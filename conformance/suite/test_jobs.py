@@ -17,14 +17,12 @@ from mpiplat.conformance.watch import (
     ROLE_LABEL,
     all_running,
     condition_times,
-    deadline,
     percentile,
     pull_failure,
     run_workload_job,
     submit,
     submit_job,
     wait_pods,
-    waited,
 )
 from mpiplat.conformance.workloads import results
 from mpiplat.diagnose import diagnose
@@ -110,7 +108,7 @@ def _wait_runtime_seen(kube, trainjob: dict, timeout: float = 30) -> None:
     its informer cache, so a TrainingRuntime created a moment before is refused as "not found" until that
     cache has it. Server-side dry runs probe it; any other refusal is raised at once."""
     meta = trainjob["metadata"]
-    until = deadline(timeout)
+    until = kube.deadline(timeout)
     while True:
         try:
             kube.custom.create_namespaced_custom_object(TRAINJOB.group, TRAINJOB.version, meta["namespace"],
@@ -265,7 +263,7 @@ def test_deleting_a_job_removes_everything_it_created(kube, run, mpijob_spec):
     for read in reads.values():
         read()
     kube.delete(MPIJOB, "gone", ns)
-    until = deadline(60)
+    until = kube.deadline(60)
     left = dict(reads)
     pods = ["?"]
     while (left or pods) and time.monotonic() < until:
@@ -278,8 +276,8 @@ def test_deleting_a_job_removes_everything_it_created(kube, run, mpijob_spec):
         pods = [f"{p.metadata.name} ({'terminating' if p.metadata.deletion_timestamp else p.status.phase})"
                 for p in kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=gone").items]
         time.sleep(0.5)
-    assert not left, f"still present {waited(60):.0f}s after deletion: {sorted(left)}"
-    assert not pods, f"pods still present {waited(60):.0f}s after deletion: {pods}"
+    assert not left, f"still present {kube.waited(60):.0f}s after deletion: {sorted(left)}"
+    assert not pods, f"pods still present {kube.waited(60):.0f}s after deletion: {pods}"
 
 
 @pytest.mark.requirement("JOB-08")
@@ -289,7 +287,7 @@ def test_ssh_key_material_is_unique_per_job(kube, run, mpijob_spec):
         submit_job(kube, mpijob_spec(f"key-{name}", ns, workers=2,
                                                     launcher_annotations={jobs.COMPLETE_AFTER: "60s"}))
     keys = {}
-    until = deadline(60)
+    until = kube.deadline(60)
     while len(keys) < 2 and time.monotonic() < until:
         for name in ("a", "b"):
             try:
@@ -297,7 +295,7 @@ def test_ssh_key_material_is_unique_per_job(kube, run, mpijob_spec):
             except ApiException:
                 time.sleep(0.5)
     missing = sorted(f"{ns}/key-{n}-ssh" for n in ("a", "b") if n not in keys)
-    assert not missing, f"no SSH Secret {missing} within {waited(60):.0f}s of the MPIJobs' creation"
+    assert not missing, f"no SSH Secret {missing} within {kube.waited(60):.0f}s of the MPIJobs' creation"
     assert keys["a"]["ssh-privatekey"] != keys["b"]["ssh-privatekey"]
     assert keys["a"]["ssh-publickey"] != keys["b"]["ssh-publickey"]
 

@@ -17,10 +17,8 @@ from mpiplat.conformance.watch import (
     ROLE_LABEL,
     all_running,
     condition_times,
-    deadline,
     submit_job,
     wait_pods,
-    waited,
 )
 from mpiplat.kube import MPIJOB
 from mpiplat.queues import gpu_capacity
@@ -88,7 +86,7 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
     assert "Failed" in seen, f"the job made to fail ended {list(seen)}"
     failed = submitted + seen["Failed"]  # on Prometheus's clock
     visible = alerted = None
-    until = deadline(max(t["metric_visible_s"], t["failed_to_alert_s"]) + 30)
+    until = kube.deadline(max(t["metric_visible_s"], t["failed_to_alert_s"]) + 30)
     while alerted is None and time.monotonic() < until:
         if visible is None:
             rises = sorted((t1, v1 - v0 if v1 >= v0 else v1)  # v1 < v0: the operator restarted
@@ -112,7 +110,7 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
     # Shown as measured: a scrape can count the failure up to RISE_SLACK_S before the watch saw the condition,
     # a negative figure (any earlier rise failed above).
     run.record("MON-01", "job Failed -> failure counted in Prometheus", visible - failed, "s", t["metric_visible_s"])
-    assert alerted is not None, f"MPIJobFailed is not firing {waited(t['failed_to_alert_s'] + 30):.0f}s after " \
+    assert alerted is not None, f"MPIJobFailed is not firing {kube.waited(t['failed_to_alert_s'] + 30):.0f}s after " \
                                 "Prometheus counted the failure"
     run.record("MON-01", "job Failed -> MPIJobFailed firing", alerted - failed, "s", t["failed_to_alert_s"])
     if already:
@@ -145,7 +143,7 @@ def test_job_queued_too_long_fires_mpijobpendingtoolong(kube, run, settings, mpi
     per_worker = (cap.nominal + cap.borrowable) // 2 + 4  # 2 workers: more than the queue can ever admit
     submit_job(kube, mpijob_spec("waits", ns, workers=2, gpus_per_worker=per_worker, queue="lq"))
     wanted = "pending" if threshold > PENDING_WAIT_MAX_S else "firing"
-    until, found = deadline(min(threshold, PENDING_WAIT_MAX_S) + 30), None
+    until, found = kube.deadline(min(threshold, PENDING_WAIT_MAX_S) + 30), None
     while found is None and time.monotonic() < until:
         found = _alert(prometheus, "MPIJobPendingTooLong", wanted, cluster_queue=team.cluster_queue)
         time.sleep(0.5)
@@ -201,7 +199,7 @@ def test_dashboard_queries_return_data_for_a_running_job(kube, run, capabilities
         return bool(prometheus.query(f'container_cpu_usage_seconds_total{{namespace="{ns}",container!=""}}')) \
             and not any(prometheus.query(f"count({m})") for m in DISK_IO)
 
-    until = deadline(90)  # the duration panel's subquery steps by 1m: a job's first step can be a minute away
+    until = kube.deadline(90)  # the duration panel's subquery steps by 1m: a job's first step can be a minute away
     empty = sorted(queries)
     while empty and time.monotonic() < until and not (set(empty) <= disk and no_block_io()):
         time.sleep(1)

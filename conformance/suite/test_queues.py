@@ -19,10 +19,8 @@ from mpiplat.conformance.watch import (
     ROLE_LABEL,
     all_running,
     condition_times,
-    deadline,
     submit_job,
     wait_pods,
-    waited,
 )
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import (
@@ -76,7 +74,7 @@ def _after(duration: str) -> dict:
 
 
 def _workload(kube, ns: str, job: str, timeout: float = 30) -> dict:
-    until, timeout = deadline(timeout), waited(timeout)
+    until, timeout = kube.deadline(timeout), kube.waited(timeout)
     while time.monotonic() < until:
         found = [w for w in kube.list(WORKLOAD, ns)
                  if any(o.get("name") == job for o in w["metadata"].get("ownerReferences", []))]
@@ -104,12 +102,11 @@ def _since(obj: dict, ctype: str) -> datetime | None:
 def _admitted(kube, ns: str, job: str, timeout: float = ADMISSION_TIMEOUT_S, why: str = "") -> dict:
     """The job's Workload once it holds quota (QuotaReserved True); fails with its last status otherwise."""
     name = _workload(kube, ns, job)["metadata"]["name"]
-    timeout = waited(timeout)
     try:
         return kube.wait_for(WORKLOAD, name, ns, lambda w: has_condition(w, "QuotaReserved"), timeout=timeout,
                              what="quota reservation (admission)")
     except TimeoutError as err:
-        pytest.fail(f"{ns}/{job} was not admitted within {timeout:.0f}s{why}; {err}")
+        pytest.fail(f"{ns}/{job} was not admitted within {kube.waited(timeout):.0f}s{why}; {err}")
 
 
 def _remove_jobs(kube, ns: str, timeout: float = 120) -> None:
@@ -117,7 +114,7 @@ def _remove_jobs(kube, ns: str, timeout: float = 120) -> None:
     preempted job, which Kueue would admit again) is free for the tests that follow."""
     for job in kube.list(MPIJOB, ns):
         kube.delete(MPIJOB, job["metadata"]["name"], ns)
-    until = deadline(timeout)
+    until = kube.deadline(timeout)
     while kube.list(WORKLOAD, ns) and time.monotonic() < until:
         time.sleep(0.5)
 
@@ -126,7 +123,7 @@ def _capacity(kube, settings, cluster_queue: str, timeout: float = 30):
     """gpu_capacity of the ClusterQueue once the ClusterQueues' status has caught up with their Workloads:
     Kueue writes it a moment after an admission or a job's end, and the suite sizes its jobs by it (a stale
     figure makes a job that should need to borrow, or to preempt, fit)."""
-    until = deadline(timeout)
+    until = kube.deadline(timeout)
     while True:
         holding: dict[str, int] = {}
         for w in kube.custom.list_cluster_custom_object(WORKLOAD.group, WORKLOAD.version, WORKLOAD.plural)["items"]:
@@ -165,8 +162,8 @@ def _workloads_by_queue(kube) -> dict[str, dict[str, int]]:
 def _idle_capacity(kube, settings, cluster_queue: str, timeout: float = 60):
     """_capacity of the ClusterQueue once every ClusterQueue of its cohort holds and queues nothing: the
     rows that show an order of events (who waits, who is admitted, who is preempted) need no other job
-    to end or arrive meanwhile. Waits up to waited(timeout) seconds, then skips, naming the busy queues."""
-    until, timeout = deadline(timeout), waited(timeout)
+    to end or arrive meanwhile. Waits up to kube.waited(timeout) seconds, then skips, naming the busy queues."""
+    until, timeout = kube.deadline(timeout), kube.waited(timeout)
     while True:
         cap = _capacity(kube, settings, cluster_queue)
         cqs = kube.custom.list_cluster_custom_object(CLUSTERQUEUE.group, CLUSTERQUEUE.version, CLUSTERQUEUE.plural)
@@ -373,7 +370,7 @@ def test_cohort_borrowing_between_two_teams(kube, run, settings, mpijob_spec):
     try:
         submit_job(kube, _job(mpijob_spec, "borrower", ns, size, **_after("10s")))
         _admitted(kube, ns, "borrower", why=f" ({size} GPUs; its own quota has {own} free)")
-        until = deadline(15)  # the ClusterQueue's status follows the admission within a moment
+        until = kube.deadline(15)  # the ClusterQueue's status follows the admission within a moment
         while (held := _cq_gpus(kube, team.cluster_queue, settings.gpu_resource))["borrowed"] < size - own \
                 and time.monotonic() < until:
             time.sleep(0.5)
@@ -421,7 +418,7 @@ def test_fair_sharing_lets_the_team_that_borrows_less_preempt_the_one_that_borro
     try:
         submit_job(kube, _sized_job(mpijob_spec, settings, "greedy", ns_a, cap_a.nominal + lend, **_after(LONG)))
         greedy = _admitted(kube, ns_a, "greedy")["metadata"]["name"]
-        until = deadline(15)  # the ClusterQueue's status follows the admission within a moment
+        until = kube.deadline(15)  # the ClusterQueue's status follows the admission within a moment
         while True:
             before = kube.get(CLUSTERQUEUE, a.cluster_queue)
             if float(((before.get("status") or {}).get("fairSharing") or {}).get("weightedShare") or 0) > 0 \
@@ -435,7 +432,7 @@ def test_fair_sharing_lets_the_team_that_borrows_less_preempt_the_one_that_borro
         why = (f": team {a.name} borrows {lend} GPUs, team {b.name}'s job would borrow 1, yet Kueue did not preempt "
                f"by fair share; ClusterQueue {a.cluster_queue} status.fairSharing: {_share(before)}")
         _admitted(kube, ns_b, "modest", why=why)
-        preempted = kube.wait_for(WORKLOAD, greedy, ns_a, lambda w: has_condition(w, "Preempted"), timeout=waited(30),
+        preempted = kube.wait_for(WORKLOAD, greedy, ns_a, lambda w: has_condition(w, "Preempted"), timeout=30,
                                   what="Preempted condition")
         reason = condition(preempted, "Preempted").get("reason")
         request.node._mpiplat_diagnosis = condition(preempted, "Preempted").get("message", "")
@@ -486,7 +483,7 @@ def test_priority_preemption_within_a_queue(kube, run, settings, mpijob_spec, re
         policy = kube.get(CLUSTERQUEUE, team.cluster_queue)["spec"].get("preemption")
         urgent = _admitted(kube, ns, "urgent", why=f": the high-priority job did not preempt the low-priority one "
                                                    f"(ClusterQueue {team.cluster_queue} preemption: {policy})")
-        preempted = kube.wait_for(WORKLOAD, bulk, ns, lambda w: has_condition(w, "Preempted"), timeout=waited(30),
+        preempted = kube.wait_for(WORKLOAD, bulk, ns, lambda w: has_condition(w, "Preempted"), timeout=30,
                                   what="Preempted condition")
         reason = condition(preempted, "Preempted").get("reason")
         request.node._mpiplat_diagnosis = condition(preempted, "Preempted").get("message", "")
@@ -512,7 +509,7 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
     team = _team(settings)
     evidence.at_most("objects", "its pods can never be scheduled, by design: Kueue's eviction is what it judges")
     ns = run.namespace(team)
-    timeout = waited(settings.thresholds["pods_ready_timeout_s"])
+    timeout = settings.thresholds["pods_ready_timeout_s"]
     try:
         # The settings' selector plus one that no node matches: admitted, never schedulable.
         submit_job(kube, _job(mpijob_spec, "stuck", ns, 2, node_selector={"mpiplat.io/no-such-node": "true"}))
@@ -520,35 +517,35 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
         start = time.monotonic()
         first = wait_pods(kube, ns, f"{JOB_LABEL}=stuck,{ROLE_LABEL}=worker", lambda pods: len(pods) >= 2, timeout=60)
         try:
-            kube.wait_for(WORKLOAD, name, ns, lambda w: condition(w, "PodsReady") is not None, timeout=waited(30),
+            kube.wait_for(WORKLOAD, name, ns, lambda w: condition(w, "PodsReady") is not None, timeout=30,
                           what="a PodsReady condition")
         except TimeoutError:
-            pytest.fail(f"the admitted job's Workload {name} has no PodsReady condition {waited(30):.0f}s after its "
-                        "pods were created: Kueue's waitForPodsReady is off, so a job whose pods never become "
-                        "ready keeps its quota")
+            pytest.fail(f"the admitted job's Workload {name} has no PodsReady condition {kube.waited(30):.0f}s "
+                        "after its pods were created: Kueue's waitForPodsReady is off, so a job whose pods never "
+                        "become ready keeps its quota")
         try:
             evicted = kube.wait_for(WORKLOAD, name, ns, lambda w: (condition(w, "Evicted") or {}).get("reason")
                                     == "PodsReadyTimeout" and has_condition(w, "Evicted"), timeout=timeout,
                                     what="eviction for PodsReadyTimeout")
         except TimeoutError as err:
-            pytest.fail(f"the job was not evicted within {timeout:.0f}s (pods_ready_timeout_s) although its pods "
-                        f"cannot become ready: is Kueue's waitForPodsReady on? {err}")
+            pytest.fail(f"the job was not evicted within {kube.waited(timeout):.0f}s (pods_ready_timeout_s) "
+                        f"although its pods cannot become ready: is Kueue's waitForPodsReady on? {err}")
         run.record("SCH-05", "admission -> eviction (waitForPodsReady)", time.monotonic() - start, "s")
         at = _ts(condition(evicted, "Evicted")["lastTransitionTime"])
         try:
             again = kube.wait_for(WORKLOAD, name, ns, lambda w: (_since(w, "QuotaReserved") or at) > at,
                                   timeout=timeout, what="admission after the eviction")
         except TimeoutError as err:
-            pytest.fail(f"the evicted job was not admitted again within {timeout:.0f}s (pods_ready_timeout_s): "
-                        f"not requeued; {err}")
+            pytest.fail(f"the evicted job was not admitted again within {kube.waited(timeout):.0f}s "
+                        f"(pods_ready_timeout_s): not requeued; {err}")
         run.record("SCH-05", "eviction -> admitted again (requeue backoff)",
                    (_since(again, "QuotaReserved") - at).total_seconds(), "s")
         old = {p.metadata.uid for p in first}
-        until = deadline(60)
+        until = kube.deadline(60)
         while old & {p.metadata.uid for p in _pods(kube, ns, "stuck")} and time.monotonic() < until:
             time.sleep(0.5)
         assert not old & {p.metadata.uid for p in _pods(kube, ns, "stuck")}, "the evicted job's pods were not removed"
-        kube.wait_for(MPIJOB, "stuck", ns, lambda j: j["spec"]["runPolicy"].get("suspend") is False, timeout=waited(60),
+        kube.wait_for(MPIJOB, "stuck", ns, lambda j: j["spec"]["runPolicy"].get("suspend") is False, timeout=60,
                       what="resumed (runPolicy.suspend false) after the re-admission")
     finally:
         _remove_jobs(kube, ns)
@@ -675,7 +672,7 @@ def test_a_job_larger_than_any_rack_waits_saying_so(kube, run, settings, place, 
             return c.get("status") == "True" or "topology" in (c.get("message") or "").lower()
 
         try:
-            wl = kube.wait_for(WORKLOAD, name, ns, decided, timeout=waited(30), what="Kueue's decision")
+            wl = kube.wait_for(WORKLOAD, name, ns, decided, timeout=30, what="Kueue's decision")
         except TimeoutError as err:
             pytest.fail(f"a job of {workers * per} GPUs, more than any one {tas.level} has ({largest}), neither "
                         f"admitted nor held for its topology: {err}")

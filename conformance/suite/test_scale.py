@@ -14,12 +14,10 @@ from mpiplat.conformance.watch import (
     ROLE_LABEL,
     all_running,
     condition_times,
-    deadline,
     percentile,
     submit,
     submit_job,
     wait_pods,
-    waited,
 )
 from mpiplat.diagnose import diagnose
 from mpiplat.kube import MPIJOB, WORKLOAD, ConditionWatch, owner_name
@@ -39,8 +37,8 @@ def _peak(spans: list[tuple[float, float]]) -> int:
 
 def _workers_left(kube, namespaces: list[str], timeout: float) -> int:
     """Wait until the namespaces hold no worker pod (the operator deletes a finished job's workers,
-    cleanPodPolicy Running) or waited(timeout) passes; returns how many are left."""
-    end = deadline(timeout)
+    cleanPodPolicy Running) or kube.waited(timeout) passes; returns how many are left."""
+    end = kube.deadline(timeout)
     while True:
         left = sum(len(kube.core.list_namespaced_pod(ns, label_selector=f"{ROLE_LABEL}=worker").items)
                    for ns in namespaces)
@@ -98,12 +96,12 @@ def test_many_concurrent_mpijobs_across_namespaces_all_complete(kube, run, setti
 
         with ThreadPoolExecutor(SUBMITTERS) as pool:
             submitted = list(pool.map(_submit, manifests))
-            job_watch.wait_any(keys, ("Running", "Succeeded", "Failed"), timeout=waited(hold + 600))
+            job_watch.wait_any(keys, ("Running", "Succeeded", "Failed"), timeout=kube.waited(hold + 600))
             launchers = [(ns, pod.metadata.name) for ns in namespaces for pod in kube.core.list_namespaced_pod(
                 ns, label_selector=f"{ROLE_LABEL}=launcher").items]
             list(pool.map(lambda key: _release(kube, *key), launchers))
-        job_watch.wait_any(keys, ("Succeeded", "Failed"), timeout=waited(hold + 60))
-        workload_watch.wait_for([(ns, name, "Admitted") for ns, name in keys], timeout=waited(10))
+        job_watch.wait_any(keys, ("Succeeded", "Failed"), timeout=kube.waited(hold + 60))
+        workload_watch.wait_for([(ns, name, "Admitted") for ns, name in keys], timeout=kube.waited(10))
         # The row ends when the finished jobs' workers are gone, so the next timed row does not pay for them.
         ended = time.monotonic()
         workers_left = _workers_left(kube, namespaces, 120)

@@ -61,9 +61,14 @@ def kubeconfig_files(kubeconfig: str | None = None) -> list[str]:
 
 
 class Kube:
-    """One API client plus the typed and custom-object APIs on it."""
+    """One API client plus the typed and custom-object APIs on it.
 
-    def __init__(self, kubeconfig: str | None = None, context: str | None = None):
+    `wait_scale` stretches every wait made through it (the conformance suite's timeouts.wait_scale, for a
+    cluster slower than the timeouts assume): wait_for() scales its timeout, and waited()/deadline() give the
+    scaled seconds for waits of the caller's own."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None, wait_scale: float = 1.0):
+        self.wait_scale = wait_scale
         files = kubeconfig_files(kubeconfig)
         existing = [f for f in files if os.path.isfile(f)]
         source = "--kubeconfig" if kubeconfig else "$KUBECONFIG" if os.environ.get("KUBECONFIG") else "default"
@@ -190,9 +195,19 @@ class Kube:
                     w.stop()
                     break
 
+    def waited(self, seconds: float) -> float:
+        """How long a wait of `seconds` lasts here: `seconds` times wait_scale."""
+        return seconds * self.wait_scale
+
+    def deadline(self, seconds: float) -> float:
+        """The time.monotonic() at which a wait of `seconds` (scaled) ends."""
+        return time.monotonic() + self.waited(seconds)
+
     def wait_for(self, kind: Kind, name: str, namespace: str, predicate: Callable[[dict], bool],
                  timeout: float, what: str = "") -> dict:
-        """Watch until predicate(obj) holds; raise TimeoutError with the last state otherwise."""
+        """Watch until predicate(obj) holds, for waited(timeout) seconds; raise TimeoutError with the last state
+        otherwise."""
+        timeout = self.waited(timeout)
         last: dict | None = None
         for obj in self.watch_object(kind, name, namespace, timeout):
             last = obj
