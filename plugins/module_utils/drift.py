@@ -11,11 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def _key(obj: dict) -> tuple[str, str, str]:
-    meta = obj.get("metadata") or {}
-    return obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", "")
-
-
 def contains(live: Any, want: Any) -> bool:
     """Whether `live` holds every value of `want`: dicts key by key, lists item by item (same length),
     scalars equal or with the same text (a quantity written 1, served "1")."""
@@ -34,8 +29,6 @@ def written(obj: dict) -> dict:
     return body
 
 
-def unapplied(desired: list[dict], live: list[dict]) -> list[dict]:
-    """The objects of `desired` that no object of `live` (same kind, namespace and name) holds as written."""
-    found = {_key(obj): obj for obj in live or []}
-    return [obj for obj in desired or []
-            if _key(obj) not in found or not contains(found[_key(obj)], written(obj))]
+def holds(live: dict | None, desired: dict) -> bool:
+    """Whether the cluster's object `live` (None: there is none) holds `desired` as written."""
+    return live is not None and contains(live, written(desired))

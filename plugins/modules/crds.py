@@ -50,7 +50,7 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import CoreException
-from ansible_collections.mpiplat.platform.plugins.module_utils.drift import contains, written
+from ansible_collections.mpiplat.platform.plugins.module_utils.drift import holds
 
 try:
     from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
@@ -91,7 +91,7 @@ def main() -> None:
     try:
         for crd, name in zip(wanted, names, strict=True):
             live = read(name)
-            if live is not None and contains(live, written(crd)) and _established(live):
+            if holds(live, crd) and _established(live):
                 continue
             client.client.server_side_apply(
                 api, body=crd, name=name, field_manager=module.params["field_manager"], force_conflicts=True,
