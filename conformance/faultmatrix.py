@@ -72,6 +72,23 @@ def _load(path: Path) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Expec
 NO_WAIT, SAMPLE, FAULTS = _load(FILE)
 
 
+def share(spec: str) -> list[str]:
+    """The faults of share `spec`, "K/N" (K of N shares of about equal measured time, their `seconds`), in the
+    matrix's order: the longest fault goes to the share with the least time so far. N clusters run the N shares
+    beside each other; "1/1" is every fault."""
+    try:
+        k, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        k = n = 0
+    if not 1 <= k <= n:
+        raise ValueError(f"fault share {spec!r}: expected K/N with 1 <= K <= N, e.g. 1/2")
+    loads, owner = [0] * n, {}
+    for e in sorted(FAULTS.values(), key=lambda e: (-e.seconds, e.name)):
+        owner[e.name] = loads.index(min(loads))
+        loads[owner[e.name]] += e.seconds
+    return [name for name in FAULTS if owner[name] == k - 1]
+
+
 def table() -> str:
     """The docs' table of the matrix, one line per fault."""
     lines = ["| fault | what it breaks | rows that must fail | their message must say | waits | time |",

@@ -36,6 +36,21 @@ def test_every_local_catalog_row_has_a_fault():
     assert LOCAL <= covered, f"local rows without a fault: {sorted(LOCAL - covered)}"
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_shares_split_the_matrix_once_each_in_about_equal_time(n):
+    shares = [faultmatrix.share(f"{k}/{n}") for k in range(1, n + 1)]
+    assert sorted(sum(shares, [])) == sorted(faultmatrix.FAULTS)
+    seconds = [sum(faultmatrix.FAULTS[name].seconds for name in share) for share in shares]
+    longest = max(e.seconds for e in faultmatrix.FAULTS.values())
+    assert max(seconds) - min(seconds) <= longest, seconds
+
+
+@pytest.mark.parametrize("spec", ["3/2", "0/2", "2", "a/b", ""])
+def test_a_wrong_share_is_refused_naming_it(spec):
+    with pytest.raises(ValueError, match=re.escape(f"fault share {spec!r}: expected K/N")):
+        faultmatrix.share(spec)
+
+
 @pytest.mark.parametrize("change, says", [
     (lambda d: d["faults"]["kueue-stopped"]["expect"].update({"XYZ-01": ["w"]}), "expect.XYZ-01 is not a catalog row"),
     (lambda d: d["faults"]["kueue-stopped"]["expect"].update({"INS-01": []}), "expect.INS-01 needs words to find"),

@@ -28,6 +28,16 @@ def test_lanes_are_named_once_and_the_files_they_name_exist():
         assert (ROOT / rel).is_file(), rel
 
 
+def test_the_fault_lanes_run_every_fault_once():
+    from mpiplat.conformance import faultmatrix
+
+    stages = _stages()
+    lanes = [lane for stage in stages.STAGES for lane in stage.lanes if any("-m faults" in s for s in lane.steps)]
+    shares = [faultmatrix.share(lane.env.get("MPIPLAT_FAULT_SHARE", "1/1")) for lane in lanes]
+    assert sorted(sum(shares, [])) == sorted(faultmatrix.FAULTS)
+    assert len({lane.env.get("MPIPLAT_CLUSTER") for lane in lanes}) == len(lanes), "a fault lane needs its own cluster"
+
+
 def test_a_failed_step_ends_its_lane_lets_the_stage_finish_and_stops_the_schedule(capsys):
     stages = _stages()
     schedule = [stages.Stage("one", "why", [stages.Lane("a", ["echo hi", "exit 3", "echo never"]),
