@@ -2,8 +2,10 @@
 
 Stages run one after another. The lanes of a stage run beside each other, each its steps in order; every
 line a lane prints starts with `[lane]`. Each step's, lane's and stage's time is printed as it ends, and a
-table of them all at the end, so a slow stage shows in every CI log. A failed step ends its lane; the
-stage's other lanes run to their end, then the schedule stops (exit 1).
+table of them all at the end, so a slow stage shows in every CI log. So is the CPU time each step used (its
+processes and those they waited for; not the daemons of the clusters it starts) and, at the end, the whole
+machine's: the machine has 2 cores, and a run that keeps both busy is shortened only by less work. A failed
+step ends its lane; the stage's other lanes run to their end, then the schedule stops (exit 1).
 
     python .ci/stages.py             # the whole schedule (make test)
     python .ci/stages.py --list      # print it
@@ -138,7 +140,14 @@ def _autogroup_nice(pid: int, nice: int) -> None:
         pass
 
 
-def run_lane(lane: Lane, times: dict[str, float], failed: list[str]) -> None:
+def _machine_cpu() -> tuple[float, float]:
+    """Seconds of CPU the machine has spent busy and idle since boot (/proc/stat, all cores)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), idle / os.sysconf("SC_CLK_TCK")
+
+
+def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[str, float]) -> None:
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
     env = {k: v for k, v in {**env, **lane.env}.items() if v is not None}
     start = time.monotonic()
@@ -154,10 +163,13 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str]) -> None:
                 _autogroup_nice(proc.pid, lane.nice)
             for line in proc.stdout:
                 say(lane.name, line.rstrip("\n"))
-            code = proc.wait()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = code = os.waitstatus_to_exitcode(status)
             _running.discard(proc)
+            used = usage.ru_utime + usage.ru_stime
+            cpu[lane.name] = cpu.get(lane.name, 0.0) + used
             say(lane.name, f"== step {number} {'ok' if code == 0 else f'FAILED (exit {code})'} in "
-                           f"{_minutes(time.monotonic() - began)}")
+                           f"{_minutes(time.monotonic() - began)} (CPU {_minutes(used)})")
             if code != 0:
                 failed.append(f"{lane.name} step {number}: {step}")
                 return
@@ -169,12 +181,13 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str]) -> None:
 
 def run(stages: list[Stage]) -> int:
     times: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     failed: list[str] = []
-    began = time.monotonic()
+    began, (busy, idle) = time.monotonic(), _machine_cpu()
     for stage in stages:
         say("stages", f"== stage {stage.name}: {', '.join(lane.name for lane in stage.lanes)} ({stage.why})")
         start = time.monotonic()
-        threads = [threading.Thread(target=run_lane, args=(lane, times, failed)) for lane in stage.lanes]
+        threads = [threading.Thread(target=run_lane, args=(lane, times, failed, cpu)) for lane in stage.lanes]
         for t in threads:
             t.start()
         for t in threads:
@@ -187,6 +200,10 @@ def run(stages: list[Stage]) -> int:
     say("stages", "== times: " + "; ".join(f"{s.name} {_minutes(times[f'stage {s.name}'])}"
                                            for s in stages if f"stage {s.name}" in times)
         + f"; total {_minutes(time.monotonic() - began)}")
+    now_busy, now_idle = _machine_cpu()
+    say("stages", f"== CPU: the machine busy {_minutes(now_busy - busy)}, idle {_minutes(now_idle - idle)}; the steps "
+                  f"{_minutes(sum(cpu.values()))} ({', '.join(f'{k} {_minutes(v)}' for k, v in cpu.items())}), the "
+                  f"rest (the clusters' daemons) {_minutes(now_busy - busy - sum(cpu.values()))}")
     for what in failed:
         say("stages", f"FAILED: {what}")
     return 1 if failed else 0

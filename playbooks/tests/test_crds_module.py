@@ -1,6 +1,7 @@
 """The module mpiplat.platform.crds on the local cluster, with a CRD of this test's own: it applies a new CRD
 and waits until Established, leaves one the cluster holds as written alone, applies again what drifted (a
-label of ours changed by hand) or what a new pin changes, and in --check applies nothing."""
+label of ours changed by hand) or what a new pin changes, and in --check applies nothing. It renders a
+chart's CRDs itself, labelled and annotated as asked, and fails, with the hint, on a CRD that is not there."""
 
 from __future__ import annotations
 
@@ -33,14 +34,16 @@ def _crd(description: str = "a widget") -> dict:
     }
 
 
-def _module(env: dict, crd: dict, *args: str) -> dict:
-    """One run of the module through ansible (localhost), its JSON result."""
+def _module(env: dict, crd: dict | None = None, *args: str, ok: bool = True, **params) -> dict:
+    """One run of the module through ansible (localhost) with `crd` as its definitions, or `params`: its
+    JSON result."""
+    params = params or {"definitions": [crd]}
     run = subprocess.run(
         [str(Path(sys.executable).with_name("ansible")), "localhost", "-m", "mpiplat.platform.crds",
-         "-a", json.dumps({"definitions": [crd], "wait_timeout": 60}), *args],
+         "-a", json.dumps({**params, "wait_timeout": 60}), *args],
         cwd=ROOT, env=dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json"),
         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert (run.returncode == 0) == ok, (run.stdout + run.stderr)[-3000:]
     result = json.loads(run.stdout[run.stdout.index("{"):])
     return result["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
@@ -93,3 +96,22 @@ def test_refuses_anything_but_a_crd_before_changing_anything(ansible_env):
         cwd=ROOT, env=ansible_env, capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert re.search(r"definitions: ConfigMap/x is not a named CustomResourceDefinition", run.stdout), run.stdout
+
+
+def test_renders_a_charts_crds_and_checks_that_crds_are_established(kube, ansible_env, own_crd, tmp_path):
+    chart = tmp_path / "widgets"
+    (chart / "crds").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: widgets\nversion: 0.1.0\n")
+    (chart / "crds" / "widgets.yaml").write_text(json.dumps(_crd()))
+    rendered = _module(ansible_env, chart={"ref": str(chart), "helm": ansible_env["MPIPLAT_HELM"],
+                                           "release": "widgets", "namespace": "default"},
+                       labels={"mpiplat.io/component": "widgets"}, annotations={"meta.helm.sh/release-name": "w"},
+                       established=[NAME])
+    assert rendered["changed"] and rendered["applied"] == [NAME], rendered
+    meta = _live(kube)["metadata"]
+    assert meta["labels"]["mpiplat.io/component"] == "widgets"
+    assert meta["annotations"]["meta.helm.sh/release-name"] == "w"
+
+    assert not _module(ansible_env, established=[NAME])["changed"]
+    missing = _module(ansible_env, established=[NAME, f"gadgets.{GROUP}"], hint="install gadgets first", ok=False)
+    assert missing["msg"] == f"CRDs missing or not Established: gadgets.{GROUP}: install gadgets first", missing

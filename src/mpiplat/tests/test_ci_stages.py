@@ -49,6 +49,16 @@ def test_a_failed_step_ends_its_lane_lets_the_stage_finish_and_stops_the_schedul
     assert "[b] b-done" in out and "[b] == step 2 ok" in out
     assert "stage one FAILED" in out and "not-reached" not in out
     assert "FAILED: a step 2: exit 3" in out and "== times: one " in out
+    assert "== CPU: the machine busy " in out and "; the steps " in out
+
+
+def test_each_step_prints_the_cpu_its_processes_used(capsys):
+    stages = _stages()
+    burn = "python3 -c 'import time; t = time.process_time()\nwhile time.process_time() - t < 1.5: pass'"
+    assert stages.run([stages.Stage("s", "why", [stages.Lane("b", [f"bash -c \"{burn}\"", "sleep 1"])])]) == 0
+    out = capsys.readouterr().out
+    cpu = [float(x) for x in __import__("re").findall(r"\(CPU (\d+) s\)", out)]
+    assert len(cpu) == 2 and cpu[0] >= 1 and cpu[1] == 0, out
 
 
 def test_lane_env_sets_and_unsets(monkeypatch, capsys):
