@@ -1,13 +1,14 @@
 """Time the installer against plain helm/kubectl on a bare local cluster, in one run.
 
-    python -m mpiplat.installbench [--bundle DIR]
+    python -m mpiplat.installbench [--bundle DIR] [--profile]
 
 Steps, on a cluster of its own (MPIPLAT_CLUSTER=installbench unless set) with its real node, where the
 controllers run as real pods: `mpiplat cluster up --bare --image-registry` (molecule helm's mirror);
-site.yml from a bundle (fresh), site.yml again (no-op), uninstall.yml with CRDs, each with Ansible's
-profile_roles and profile_tasks; then the same charts and manifest with plain `helm install --wait` and
-`kubectl apply --server-side` + `kubectl wait`. Prints Markdown tables: the steps, then where each playbook run
-spends its time. Stops the cluster.
+site.yml from a bundle (fresh), site.yml again (no-op), uninstall.yml with CRDs; then the same charts and
+manifest with plain `helm install --wait` and `kubectl apply --server-side` + `kubectl wait`. Prints a Markdown
+table of the steps. With --profile the playbooks run with Ansible's profile_roles and profile_tasks (which cost
+about 15 ms a task: 2-3 s of a no-op's 20) and a table each says where they spend their time. Stops the
+cluster.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def _image(comp, prefix: str, registry_key: bool = False) -> list[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--bundle", help="existing bundle directory (default: a fresh one)")
+    p.add_argument("--profile", action="store_true",
+                   help="run the playbooks with profile_roles and profile_tasks and print where they spend their time")
     args = p.parse_args()
     bundle_dir = Path(args.bundle) if args.bundle else Path(tempfile.mkdtemp()) / "bundle"
     if not args.bundle:
@@ -92,7 +95,7 @@ def main() -> int:
     playbook = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "inventories/local/hosts.yml",
                 "-e", f"@{HELM_VARS}", "-e", '{"mpiplat_teams": []}']
     profiled = dict(env, ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_roles,ansible.posix.profile_tasks",
-                    PROFILE_TASKS_TASK_OUTPUT_LIMIT="100")
+                    PROFILE_TASKS_TASK_OUTPUT_LIMIT="100") if args.profile else env
     runs = [("site.yml, fresh (bundle, CRDs first, helm --wait)", ["playbooks/site.yml"]),
             ("site.yml, no-op re-run", ["playbooks/site.yml"]),
             ("uninstall.yml with CRDs", ["playbooks/uninstall.yml", "-e", "mpiplat_confirm_uninstall=true",
@@ -118,7 +121,7 @@ def main() -> int:
     print("| step | seconds |\n|---|---|")
     for label, secs in rows:
         print(f"| {label} | {secs:.0f} |")
-    for (label, _), stdout in zip(runs, outputs, strict=True):
+    for (label, _), stdout in zip(runs, outputs, strict=True) if args.profile else []:
         roles, tasks = profile(stdout)
         print(f"\n| {label}: role or task (profile_roles, profile_tasks) | seconds |\n|---|---|")
         for name, secs in roles + [("", 0.0)] + tasks:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -118,12 +119,21 @@ def _expand(value, version: str, number: str):
     return value
 
 
+@functools.lru_cache(maxsize=8)
+def _components(path: Path, _changed: tuple[int, int]) -> dict:
+    """The components of the versions file at `path`, parsed once per version of the file (its mtime and size):
+    the roles' filters ask for pins dozens of times a run."""
+    return (yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get(
+        "components") or {}
+
+
 def pin(name: str, version_override: str = "", registry: str = "", path: Path = VERSIONS_FILE) -> dict:
     """A component's entry of the versions file as the roles use it ({} for an unknown one): `version` the
     override when given, else the pin; `number` the same without its v; {version} and {number} filled in in
     every string (chart.version defaults to "{number}"); `image_parts` each of its `images` split for chart
     values (registry, path, repository, tag), through the mirror `registry` when given."""
-    entry = ((yaml.safe_load(path.read_text()) or {}).get("components") or {}).get(name)
+    stat = path.stat()
+    entry = _components(path, (stat.st_mtime_ns, stat.st_size)).get(name)
     if not isinstance(entry, dict):
         return {}
     version = version_override or str(entry.get("version", ""))
