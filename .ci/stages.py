@@ -79,7 +79,7 @@ STAGES = [
     ]),
     Stage("main", "the fault matrix breaks its own two clusters one fault at a time (nothing else uses them): half "
                   "of it on the cluster installed beside the default one, the other half on a third, installed "
-                  "here (8 min each; one lane of 16 min was the run's critical path); the suite beside the "
+                  "here (8 min each on an idle machine, against 16 for the one lane before); the suite beside the "
                   "tenancy tests and the invalid inventories (their own teams, tn-*; no job of theirs fails, so "
                   "MON-01 can tell its own failure); the other `cluster` tests, some of whose jobs fail, follow "
                   "them: by then MON-01, which the suite runs first, is long done. The helm lane's bare cluster and "
