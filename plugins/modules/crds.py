@@ -101,6 +101,10 @@ def _established(crd: dict | None) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
+def _why(err: DynamicApiError) -> str:
+    return f"{err.status} {err.reason}: {err.summary()}"
+
+
 def _rendered(module, chart: dict) -> list[dict]:
     """The CRDs of `chart` (helm template --include-crds)."""
     if not chart.get("ref"):
@@ -121,9 +125,8 @@ def _rendered(module, chart: dict) -> list[dict]:
     if run.returncode != 0:
         module.fail_json(msg=f"helm template of {chart['ref']} failed (exit {run.returncode}): "
                              f"{run.stderr.strip()[-2000:]}", cmd=argv)
-    out = run.stdout
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [d for d in yaml.load_all(out, Loader=loader)
+    return [d for d in yaml.load_all(run.stdout, Loader=loader)
             if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
 
 
@@ -143,7 +146,7 @@ def _remove(module, client, api) -> None:
                                  removed=removed)
             time.sleep(0.3)
     except DynamicApiError as err:
-        module.fail_json(msg=f"removing CRDs {selector}: {err.status} {err.reason}: {err.summary()}", removed=removed)
+        module.fail_json(msg=f"removing CRDs {selector}: {_why(err)}", removed=removed)
     module.exit_json(changed=bool(removed), removed=removed, applied=[], names=[])
 
 
@@ -184,8 +187,7 @@ def main() -> None:
     applied: list[str] = []
 
     def fail(what: str, name: str, err: DynamicApiError) -> None:
-        module.fail_json(msg=f"{what} CRD {name}: {err.status} {err.reason}: {err.summary()}", applied=applied,
-                         names=names)
+        module.fail_json(msg=f"{what} CRD {name}: {_why(err)}", applied=applied, names=names)
 
     def read(name: str) -> dict | None:
         try:
