@@ -147,6 +147,53 @@ def _machine_cpu() -> tuple[float, float]:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), idle / os.sysconf("SC_CLK_TCK")
 
 
+class CommandCpu(threading.Thread):
+    """CPU by command, sampled from /proc every few seconds while the schedule runs: which daemons the rest is.
+    A process that starts and ends between two samples is not seen (its parent's wait counts it, if any)."""
+
+    def __init__(self, every: float = 3.0):
+        super().__init__(daemon=True)
+        self.every, self.done = every, threading.Event()
+        self.seen: dict[tuple[int, int], tuple[str, int]] = {}  # (pid, start time): (command, ticks so far)
+        self.used: dict[str, int] = {}
+
+    @staticmethod
+    def command(pid: str, comm: str) -> str:
+        """The executable's name; for a Python process, its script's or module's."""
+        if not comm.startswith("python"):
+            return comm
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[1:]
+        except OSError:
+            return comm
+        args = [a for a in argv if a and not a.startswith("-")]
+        return f"python {Path(args[0]).name}" if args else comm
+
+    def sample(self) -> None:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            comm, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            key, ticks = (int(pid), int(fields[19])), int(fields[11]) + int(fields[12])
+            name, before = self.seen.get(key) or (self.command(pid, comm), 0)
+            self.used[name] = self.used.get(name, 0) + ticks - before
+            self.seen[key] = (name, ticks)
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            self.sample()
+
+    def top(self, count: int = 12) -> list[tuple[str, float]]:
+        self.done.set()
+        self.sample()
+        hz = os.sysconf("SC_CLK_TCK")
+        return [(name, ticks / hz) for name, ticks in sorted(self.used.items(), key=lambda kv: -kv[1])[:count]]
+
+
 def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[str, float]) -> None:
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
     env = {k: v for k, v in {**env, **lane.env}.items() if v is not None}
@@ -184,6 +231,10 @@ def run(stages: list[Stage]) -> int:
     cpu: dict[str, float] = {}
     failed: list[str] = []
     began, (busy, idle) = time.monotonic(), _machine_cpu()
+    by_command = CommandCpu()
+    by_command.sample()  # what ran before counts as nothing
+    by_command.used.clear()
+    by_command.start()
     for stage in stages:
         say("stages", f"== stage {stage.name}: {', '.join(lane.name for lane in stage.lanes)} ({stage.why})")
         start = time.monotonic()
@@ -204,6 +255,7 @@ def run(stages: list[Stage]) -> int:
     say("stages", f"== CPU: the machine busy {_minutes(now_busy - busy)}, idle {_minutes(now_idle - idle)}; the steps "
                   f"{_minutes(sum(cpu.values()))} ({', '.join(f'{k} {_minutes(v)}' for k, v in cpu.items())}), the "
                   f"rest (the clusters' daemons) {_minutes(now_busy - busy - sum(cpu.values()))}")
+    say("stages", "== CPU by command (sampled): " + ", ".join(f"{name} {_minutes(s)}" for name, s in by_command.top()))
     for what in failed:
         say("stages", f"FAILED: {what}")
     return 1 if failed else 0

@@ -4,6 +4,7 @@ failed step stops the schedule after its stage, with each time printed."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,3 +78,15 @@ def test_a_lane_with_nice_runs_its_steps_at_that_autogroup_priority(capsys):
     assert stages.run([stages.Stage("s", "why", [stages.Lane("n", ["sleep 0.5; cat /proc/self/autogroup"],
                                                              nice=5)])]) == 0
     assert "nice 5" in capsys.readouterr().out
+
+
+def test_cpu_by_command_counts_a_process_by_its_script_from_its_start(tmp_path):
+    burn = tmp_path / "burn.py"
+    burn.write_text("import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end:\n    pass\n")
+    sampler = _stages().CommandCpu(every=0.05)
+    sampler.sample()
+    sampler.used.clear()
+    sampler.start()
+    subprocess.run([sys.executable, str(burn)], check=True)
+    used = dict(sampler.top())
+    assert 0.3 <= used["python burn.py"] <= 0.7, used
