@@ -55,6 +55,22 @@ _SSH_FAILED = (
     # "ssh: Could not resolve hostname j-worker-1.j.ns.svc: Temporary failure in name resolution"
     re.compile(r"ssh: (?P<error>Could not resolve hostname (?P<host>[^:\s]+): [^\r\n]+)"),
 )
+# What the launcher's log shows when Hydra's proxies (MPICH, Intel MPI), started on the workers over ssh, cannot
+# call mpiexec back at the host name it gave them (the launcher's own hostname), as copied from real runs
+# (src/mpiplat/tests/test_diagnose.py): the connect error, and before it the resolver's where the name did not
+# resolve. Groups: proxy (the worker's hostname), host, port; error.
+_PROXY_NO_SERVER = re.compile(r"\[(?:proxy|bstrap):[\d:]+@(?P<proxy>[^\]\s]+)\][^\n]*?unable to connect to server "
+                              r"(?P<host>\S+) at port (?P<port>\d+)")
+_PROXY_UNRESOLVED = (
+    re.compile(r"\[(?:proxy|bstrap):[\d:]+@(?P<proxy>[^\]\s]+)\][^\n]*?(?P<error>unable to get host address for "
+               r"(?P<host>\S+)[^\n]*)"),  # MPICH
+    re.compile(r"\[(?:proxy|bstrap):[\d:]+@(?P<proxy>[^\]\s]+)\][^\n]*?(?P<error>getaddrinfo returned error[^\n]*)"),
+)
+# Open MPI (ORTE, 4.x): a worker's daemon that mpirun lost, and daemons that never called mpirun back.
+_DAEMON_LOST = re.compile(r"ORTE has lost communication with a remote daemon\.(?:.*\n){0,4}?.*Remote daemon:\s*\S+ "
+                          r"on node (?P<host>\S+)")
+_DAEMONS_SILENT = re.compile(r"An ORTE daemon has unexpectedly failed after launch and before\s+communicating back "
+                             r"to mpirun")
 # What a pod's log shows when its uid has no passwd entry (OpenShift's restricted-v2 runs pods as an arbitrary
 # uid with group 0): the client ssh and some sshd refuse to go on, so do Python's getpass and coreutils.
 _USER_UNKNOWN = (
@@ -99,6 +115,24 @@ class Unreachable:
     port: int | None = None
     error: str = ""
     ssh_exit: int | None = None
+
+
+@dataclass(frozen=True)
+class LauncherUnreachable:
+    """A worker whose Hydra proxy (`proxy`, its hostname) could not connect back to mpiexec at `host`:`port`;
+    `unresolved` is the resolver's error where the name did not resolve."""
+
+    proxy: str
+    host: str
+    port: int
+    unresolved: str = ""
+
+
+@dataclass(frozen=True)
+class DaemonLost:
+    """Open MPI's daemon on `host` that mpirun lost contact with."""
+
+    host: str
 
 
 @dataclass(frozen=True)
@@ -149,9 +183,12 @@ def identity_failure(log: str) -> UserUnknown | KeyUnreadable | LoginUnknown | N
     return min(found, key=lambda f: f[0])[1] if found else None
 
 
-def launcher_log_failure(log: str) -> RankSignalled | Unreachable | LoginRefused | None:
+Failure = RankSignalled | Unreachable | LoginRefused | LauncherUnreachable | DaemonLost
+
+
+def launcher_log_failure(log: str) -> Failure | None:
     """The first failure mpirun reports in a launcher's log that names a host, else None."""
-    found: list[tuple[int, RankSignalled | Unreachable | LoginRefused]] = []
+    found: list[tuple[int, Failure]] = []
     for rx in _RANK_SIGNALLED:
         matches = list(rx.finditer(log))
         if matches:
@@ -170,6 +207,12 @@ def launcher_log_failure(log: str) -> RankSignalled | Unreachable | LoginRefused
                                                  status >> 8 if status is not None else None)))
     if m := _LOGIN_REFUSED.search(log):
         found.append((m.start(), LoginRefused(m["host"], m["user"], m["methods"])))
+    if m := _PROXY_NO_SERVER.search(log):
+        why = next((u["error"].strip() for rx in _PROXY_UNRESOLVED for u in rx.finditer(log, 0, m.end())
+                    if u["proxy"] == m["proxy"] and u.groupdict().get("host") in (None, m["host"])), "")
+        found.append((m.start(), LauncherUnreachable(m["proxy"], m["host"], int(m["port"]), why)))
+    if m := _DAEMON_LOST.search(log):
+        found.append((m.start(), DaemonLost(m["host"])))
     return min(found, key=lambda f: f[0])[1] if found else None
 
 
@@ -530,12 +573,20 @@ def _from_launcher_log(kube: Kube, namespace: str, name: str, job: dict, pods) -
         container = _main_container(launcher, "launcher")
         log = _pod_log(kube, namespace, launcher, container)
         found = launcher_log_failure(log)
-        where = pod_of_host(found.host, name) if found else None
+        where = pod_of_host(found.proxy if isinstance(found, LauncherUnreachable) else found.host, name) \
+            if found else None
         # A uid without a passwd entry or a key it cannot read stops ssh: mpirun's ssh failures follow from it. A
         # rank killed by a signal had started, and that is the report to give.
         ident = identity_failure(log)
         if ident and not (isinstance(found, RankSignalled) and where):
             return _identity_cause(ident, launcher, container)
+        if not found and _DAEMONS_SILENT.search(log):
+            return ("MPI start-up failed: Open MPI's daemons on the workers never called mpirun back (\"An ORTE "
+                    "daemon has unexpectedly failed after launch and before communicating back to mpirun\")",
+                    f"the daemons connect to the launcher's address on TCP ports mpirun picks: NetworkPolicies of "
+                    f"namespace {namespace} must let the job's workers reach its launcher on any TCP port (or fix "
+                    f"the ports: --mca oob_tcp_static_ipv4_ports); read the log (kubectl -n {namespace} logs "
+                    f"{launcher.metadata.name})")
         if not found or not where:
             continue
         role, index = where
@@ -554,12 +605,15 @@ def _from_launcher_log(kube: Kube, namespace: str, name: str, job: dict, pods) -
             else:
                 remedy = f"the rank crashed: read its output before mpirun's report ({log_cmd})"
             return cause, remedy
+        if isinstance(found, LauncherUnreachable):
+            return _launcher_unreachable(kube, namespace, name, found, who, log_cmd)
+        if isinstance(found, DaemonLost):
+            return (f"MPI communication failed: mpirun lost {who}'s Open MPI daemon ({found.host})",
+                    f"the {role} died or the network between the pods broke: check the {role} pod (kubectl -n "
+                    f"{namespace} describe pod) and the NetworkPolicies of namespace {namespace} ({log_cmd})")
         if found.error.startswith("Could not resolve hostname"):
             cause = f"MPI communication failed: {who} unreachable: its name does not resolve (ssh: {found.error})"
-            remedy = (f"the cluster DNS does not answer for the job's hostnames: check CoreDNS (kubectl -n kube-system "
-                      f"get deploy,pods -l k8s-app=kube-dns), the job's headless Service {name} in {namespace}, and "
-                      "that NetworkPolicies let the job's pods reach DNS (UDP and TCP 53)")
-            return cause, remedy
+            return cause, _unresolved_remedy(kube, namespace, name, found.host)
         how = (f"ssh to {found.host} port {found.port}: {found.error}" if found.port is not None else
                f"ssh to {found.host} failed (exit {found.ssh_exit})")
         cause = f"MPI communication failed: {who} unreachable ({how})"
@@ -574,6 +628,65 @@ def _from_launcher_log(kube: Kube, namespace: str, name: str, job: dict, pods) -
                   + f"; if the network is open, check the {role}'s sshd and the job's SSH keys ({log_cmd})")
         return cause, remedy
     return None
+
+
+def _launcher_unreachable(kube: Kube, namespace: str, name: str, found: LauncherUnreachable, who: str,
+                          log_cmd: str) -> tuple[str, str]:
+    """(cause, remedy) for a worker whose Hydra proxy could not call mpiexec back."""
+    if found.unresolved:
+        short = "." not in found.host
+        return (f"MPI start-up failed: {who}'s Hydra proxy cannot reach mpiexec on the launcher: the name "
+                f"{found.host} does not resolve ({found.unresolved})",
+                ("mpiexec gives its proxies its own hostname, and a pod's short hostname is not a DNS name in the "
+                 "cluster (only <pod>.<subdomain>.<namespace>.svc is): " if short else
+                 "the cluster DNS does not answer for the launcher's name: ")
+                + "make mpiexec pass its IP address instead: set I_MPI_HYDRA_IFACE=eth0 (Intel MPI) or "
+                  f"HYDRA_IFACE=eth0 (MPICH) in the launcher's environment, or mpirun -iface eth0 ({log_cmd})")
+    return (f"MPI start-up failed: {who}'s Hydra proxy cannot connect to mpiexec at {found.host} port {found.port}",
+            f"check the NetworkPolicies of namespace {namespace}: the job's workers must reach its launcher on the "
+            f"TCP ports mpiexec listens on (any, unless I_MPI_PORT_RANGE or MPIR_CVAR_CH3_PORT_RANGE fix them) "
+            f"({log_cmd})")
+
+
+def _endpoint_slices(kube: Kube, namespace: str, service: str) -> list[dict]:
+    return kube.call_path("GET", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+                          query=[("labelSelector", f"kubernetes.io/service-name={service}")])["items"]
+
+
+def _cluster_dns_ready(kube: Kube) -> bool | None:
+    """Whether the cluster DNS Service (kube-system/kube-dns; OpenShift's openshift-dns/dns-default) has a ready
+    endpoint; None where neither is found or they cannot be read."""
+    for ns, svc in (("kube-system", "kube-dns"), ("openshift-dns", "dns-default")):
+        try:
+            slices = _endpoint_slices(kube, ns, svc)
+        except (ApiException, HTTPError, OSError, KeyError):
+            continue
+        if slices:
+            return any((e.get("conditions") or {}).get("ready") for s in slices for e in s.get("endpoints") or [])
+    return None
+
+
+def _unresolved_remedy(kube: Kube, namespace: str, name: str, host: str) -> str:
+    """Why a job's pod name did not resolve for mpirun: the cluster DNS down; the name served now, so it came
+    after mpirun had started (a pod is Ready before the DNS serves its record); or the pod not in the job's
+    Service at all."""
+    dns = _cluster_dns_ready(kube)
+    if dns is False:
+        return ("the cluster DNS has no ready server: check CoreDNS (kubectl -n kube-system get deploy,pods -l "
+                "k8s-app=kube-dns)")
+    pod = host.split(".", 1)[0]
+    try:
+        slices = _endpoint_slices(kube, namespace, name)
+    except (ApiException, HTTPError, OSError, KeyError):
+        slices = None
+    if slices and any(e.get("hostname") == pod and (e.get("conditions") or {}).get("ready")
+                      for s in slices for e in s.get("endpoints") or []):
+        return (f"{pod} is in the job's Service {name} now: its DNS record came after mpirun had started (a pod is "
+                "Ready before the cluster DNS serves its name; kubeflow/mpi-operator#443). Rerun the job, or make the "
+                "launcher wait until every host of its hostfile resolves before mpirun (a loop over getent hosts)")
+    return (f"the cluster DNS does not answer for the job's hostnames: check CoreDNS (kubectl -n kube-system get "
+            f"deploy,pods -l k8s-app=kube-dns), the job's headless Service {name} in {namespace} and its endpoints "
+            f"({pod} must be there, Ready), and that NetworkPolicies let the job's pods reach DNS (UDP and TCP 53)")
 
 
 def _login_refused(kube: Kube, namespace: str, found: LoginRefused, role: str, index: int | None, who: str,

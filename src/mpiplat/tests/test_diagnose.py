@@ -14,7 +14,9 @@ from mpiplat import diagnose as diagnose_module
 from mpiplat import jobs
 from mpiplat.conformance.placement import placement
 from mpiplat.diagnose import (
+    DaemonLost,
     KeyUnreadable,
+    LauncherUnreachable,
     LoginRefused,
     LoginUnknown,
     RankSignalled,
@@ -323,8 +325,8 @@ class _FakeKube:
     """`logs`: a pod's log by its name, its previous container's by (name, "previous"); a log not there is a 400,
     as for a container not started. `log_reads`: (pod, container, previous) for each log read."""
 
-    def __init__(self, job: dict, pods: list, logs: dict):
-        self.job = job
+    def __init__(self, job: dict, pods: list, logs: dict, endpoint_slices: dict | None = None):
+        self.job, self.endpoint_slices = job, endpoint_slices or {}
         self.log_reads: list[tuple[str, str, bool]] = []
 
         def read_log(name, ns, container=None, previous=False, **kw):
@@ -340,6 +342,12 @@ class _FakeKube:
 
     def get(self, kind, name, namespace=None):
         return self.job
+
+    def call_path(self, method, path, body=None, query=None, timeout=10):
+        """EndpointSlices of (namespace, service) from `endpoint_slices`; none where it has no entry."""
+        namespace = path.split("/namespaces/")[1].split("/")[0]
+        service = dict(query)["labelSelector"].split("=", 1)[1]
+        return {"items": self.endpoint_slices.get((namespace, service), [])}
 
     def find(self, kind, name, namespace=None):
         return self.job
@@ -425,6 +433,121 @@ def test_diagnose_points_at_the_cluster_dns_when_a_workers_name_does_not_resolve
     found = diagnose(_FakeKube(_failed_job("k5", "ns"), pods, {"k5-launcher-4prgp": SSH_UNRESOLVED}), "ns", "k5")
     assert found.cause.startswith("MPI communication failed: worker 1 unreachable: its name does not resolve"), found
     assert "CoreDNS" in found.remedy and "k8s-app=kube-dns" in found.remedy, found.remedy
+
+
+def _slices(*endpoints: tuple[str, bool]) -> list[dict]:
+    return [{"endpoints": [{"hostname": h, "conditions": {"ready": r}} for h, r in endpoints]}]
+
+
+@pytest.mark.parametrize("dns, job_endpoints, says", [
+    (False, [("k5-worker-1", True)], "the cluster DNS has no ready server: check CoreDNS"),
+    (True, [("k5-worker-1", True)], "its DNS record came after mpirun had started"),
+    (True, [("k5-worker-1", False)], "(k5-worker-1 must be there, Ready)"),
+    (None, [], "the cluster DNS does not answer"),
+], ids=["dns-down", "record-late", "worker-not-ready", "unknown"])
+def test_an_unresolved_worker_name_is_told_apart_by_the_dns_and_the_jobs_endpoints(monkeypatch, dns, job_endpoints,
+                                                                                    says):
+    """The cluster DNS without a ready server (the coredns-stopped fault) against the race of a pod Ready before
+    its name is served (kubeflow/mpi-operator#443): the worker is in its job's Service by the time one looks."""
+    slices = {("k5-ns", "k5"): _slices(*job_endpoints)}
+    if dns is not None:
+        slices[("kube-system", "kube-dns")] = _slices(("coredns-1", dns))
+    pods = [_pod("k5-launcher-4prgp", "launcher", None, "Failed", 1)]
+    monkeypatch.setattr(diagnose_module, "_network_policies", lambda kube, namespace: [])
+    found = diagnose(_FakeKube(_failed_job("k5", "k5-ns"), pods, {"k5-launcher-4prgp": SSH_UNRESOLVED}, slices),
+                     "k5-ns", "k5")
+    assert found.cause.startswith("MPI communication failed: worker 1 unreachable: its name does not resolve"), found
+    assert says in found.remedy, found.remedy
+
+
+# Hydra's proxy on a worker that cannot call mpiexec back at the launcher's short hostname. Copied from real runs
+# on this machine (MPICH 5.0.2 and Intel MPI 2021 from PyPI; each proxy started by an ssh stand-in, mpiexec in a
+# UTS namespace named like a launcher), the worker's hostname put in: in a pod the proxy runs on the worker.
+MPICH_PROXY_UNRESOLVED = (
+    "[proxy:0@k6-worker-0] HYDU_sock_connect (/mpich-5.0.2/src/pm/hydra/lib/utils/sock.c:110): unable to get host "
+    "address for k6-launcher\n"
+    "[proxy:0@k6-worker-0] main (/mpich-5.0.2/src/pm/hydra/proxy/pmip.c:100): unable to connect to server "
+    "k6-launcher at port 43019 (check for firewalls!)\n"
+    "[mpiexec@k6-launcher] ui_cmd_cb (/mpich-5.0.2/src/pm/hydra/mpiexec/pmiserv_pmci.c:51): Launch proxy failed.\n")
+INTEL_PROXY_UNRESOLVED = (
+    "[bstrap:0:0@k6-worker-0] HYD_sock_connect (../../../../../src/pm/i_hydra/libhydra/sock/hydra_sock_intel.c:209): "
+    "getaddrinfo returned error -2 (Name or service not known)\n"
+    "[bstrap:0:0@k6-worker-0] main (../../../../../src/pm/i_hydra/libhydra/bstrap/src/hydra_bstrap_proxy.c:532): "
+    "unable to connect to server k6-launcher at port 36727 (check for firewalls!)\n"
+    "[mpiexec@k6-launcher] Error: Unable to run bstrap_proxy on k6-worker-0 (pid 10019, exit code 768)\n"
+    "[mpiexec@k6-launcher] Error setting up the bootstrap proxies\n")
+HYDRA_PROXY_REFUSED = ("[proxy:0@k6-worker-1] main (pm/hydra/proxy/pmip.c:100): unable to connect to server "
+                       "k6-launcher.k6.ns.svc at port 43019 (check for firewalls!)\n")
+
+
+@pytest.mark.parametrize("log, found", [
+    (MPICH_PROXY_UNRESOLVED, LauncherUnreachable("k6-worker-0", "k6-launcher", 43019,
+                                                 "unable to get host address for k6-launcher")),
+    (INTEL_PROXY_UNRESOLVED, LauncherUnreachable("k6-worker-0", "k6-launcher", 36727,
+                                                 "getaddrinfo returned error -2 (Name or service not known)")),
+    (HYDRA_PROXY_REFUSED, LauncherUnreachable("k6-worker-1", "k6-launcher.k6.ns.svc", 43019)),
+], ids=["mpich", "intel", "refused"])
+def test_a_hydra_proxy_that_cannot_call_mpiexec_back_is_read_from_the_launchers_log(log, found):
+    assert launcher_log_failure(log) == found
+
+
+@pytest.mark.parametrize("log", [MPICH_PROXY_UNRESOLVED, INTEL_PROXY_UNRESOLVED], ids=["mpich", "intel"])
+def test_diagnose_says_a_hung_launchers_short_name_does_not_resolve_and_how_to_pass_its_address(monkeypatch, log):
+    """What an upstream-style Intel MPI job (no I_MPI_HYDRA_IFACE) hits: its workers' proxies cannot resolve the
+    launcher's short hostname; the job may stay Running."""
+    job = _failed_job("k6", "ns")
+    job["status"]["conditions"] = [{"type": "Running", "status": "True"}]
+    pods = [_pod("k6-launcher-wdxhl", "launcher", None, "Running"), _pod("k6-worker-0", "worker", 0, "Running")]
+    found = diagnose(_FakeKube(job, pods, {"k6-launcher-wdxhl": log}), "ns", "k6")
+    assert found.state == "Running" and found.cause.startswith(
+        "MPI start-up failed: worker 0's Hydra proxy cannot reach mpiexec on the launcher: the name k6-launcher does "
+        "not resolve"), found
+    assert "short hostname is not a DNS name" in found.remedy and "I_MPI_HYDRA_IFACE=eth0" in found.remedy
+
+
+def test_diagnose_points_at_policies_when_a_proxy_cannot_connect_to_mpiexec():
+    job = _failed_job("k6", "ns")
+    pods = [_pod("k6-launcher-wdxhl", "launcher", None, "Failed", 7)]
+    found = diagnose(_FakeKube(job, pods, {"k6-launcher-wdxhl": HYDRA_PROXY_REFUSED}), "ns", "k6")
+    assert found.cause == ("MPI start-up failed: worker 1's Hydra proxy cannot connect to mpiexec at "
+                           "k6-launcher.k6.ns.svc port 43019"), found
+    assert "NetworkPolicies of namespace ns" in found.remedy
+
+
+# Open MPI 4.1's report of a daemon it lost (help-errmgr-base.txt, node-died) and of daemons that never called back.
+ORTE_DAEMON_LOST = (
+    "--------------------------------------------------------------------------\n"
+    "ORTE has lost communication with a remote daemon.\n\n"
+    "  HNP daemon   : [[40121,0],0] on node k6-launcher\n"
+    "  Remote daemon: [[40121,0],2] on node k6-worker-1\n\n"
+    "This is usually due to either a failure of the TCP network\n"
+    "connection to the node, or possibly an internal failure of\n")
+ORTE_DAEMONS_SILENT = (
+    "--------------------------------------------------------------------------\n"
+    "ORTE was unable to reliably start one or more daemons.\n"
+    "--------------------------------------------------------------------------\n"
+    "An ORTE daemon has unexpectedly failed after launch and before\n"
+    "communicating back to mpirun. This could be caused by a number\n"
+    "of factors, including an inability to create a connection back\n"
+    "to mpirun due to a lack of common network interfaces and/or no\n"
+    "route found between them.\n")
+
+
+def test_open_mpis_lost_daemon_names_its_worker():
+    assert launcher_log_failure(ORTE_DAEMON_LOST) == DaemonLost("k6-worker-1")
+    pods = [_pod("k6-launcher-wdxhl", "launcher", None, "Failed", 1)]
+    found = diagnose(_FakeKube(_failed_job("k6", "ns"), pods, {"k6-launcher-wdxhl": ORTE_DAEMON_LOST}), "ns", "k6")
+    assert found.cause == "MPI communication failed: mpirun lost worker 1's Open MPI daemon (k6-worker-1)", found
+
+
+def test_open_mpis_daemons_that_never_called_back_point_at_the_launchers_ports():
+    assert launcher_log_failure(ORTE_DAEMONS_SILENT) is None  # it names no host
+    pods = [_pod("k6-launcher-wdxhl", "launcher", None, "Failed", 1)]
+    found = diagnose(_FakeKube(_failed_job("k6", "ns"), pods, {"k6-launcher-wdxhl": ORTE_DAEMONS_SILENT}), "ns",
+                     "k6")
+    assert found.cause.startswith("MPI start-up failed: Open MPI's daemons on the workers never called mpirun back"), \
+        found
+    assert "reach its launcher on any TCP port" in found.remedy
 
 
 # ---- A uid without a passwd entry, an SSH key the uid cannot read (OpenShift's restricted-v2 runs pods as an
