@@ -129,7 +129,7 @@ def _ssh_bin(tmp_path: Path, hostfile: str, answers_after: dict[str, int]) -> di
         "sleep": "#!/bin/sh\nexit 0\n",
         "sed": (f'#!/bin/sh\n[ "$2" = {jobs.HOSTFILE} ] || exit 9\n'
                 f'exec {shutil.which("sed")} "$1" {tmp_path / "hostfile"}\n'),
-        "ssh": ("#!/bin/sh\nfor a; do h=$a; [ \"$a\" = true ] && h=$prev; prev=$a; done\n"
+        "ssh": ("#!/bin/sh\nfor a; do h=$prev; prev=$a; done\n"  # the host, then the remote command
                 f'f={tmp_path}/tries-$h; n=$(cat "$f" 2>/dev/null || echo 0); echo $((n+1)) > "$f"\n'
                 f'case "$h" in\n{cases}esac\n'
                 '[ "$limit" -ge 0 ] && [ "$n" -ge "$limit" ] && exit 0\n'
@@ -216,6 +216,33 @@ def test_the_mpijob_launcher_stops_waiting_when_ssh_cannot_succeed(tmp_path):
         "No user exists for uid 1000680000", "mpiplat: worker a did not answer over SSH",
         "No user exists for uid 1000680000", "mpiplat: worker b did not answer over SSH",
         "mpiplat: ssh cannot log in, and waiting will not change that: mpirun not started"]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("python3") is None, reason="needs bash and python3")
+@pytest.mark.parametrize("refused", [False, True], ids=["connects", "refused"])
+def test_the_mpijob_launcher_waits_until_every_worker_can_connect_back_to_it(tmp_path, monkeypatch, refused):
+    """mpirun's daemons (Hydra's proxies) connect from the workers back to the launcher, a new pod whose address
+    the workers' policies may not admit yet: each worker, over ssh, must reach a port the launcher listens on.
+    The ssh here runs the remote command on this machine; `refused` points it at a port nobody listens on."""
+    monkeypatch.setattr(jobs, "LAUNCHER_SSH_WAIT_S", 2)
+    env = _ssh_bin(tmp_path, "a slots=1\nb slots=1\n", {})
+    port = r"s#/dev/tcp/\([^/]*\)/[0-9]*#/dev/tcp/\1/1#" if refused else ""
+    (tmp_path / "bin" / "ssh").write_text(
+        f'#!/bin/sh\nfor a; do last=$a; done\necho x >> {tmp_path}/tries\n'
+        f'exec {shutil.which("bash")} -c "$(printf %s "$last" | {shutil.which("sed")} \'{port}\')"\n')
+    done = _mpijob_launch(env)
+    assert done.returncode == 0 and done.stdout.split()[0] == "ran", done.stderr
+    tries = len((tmp_path / "tries").read_text().split())
+    if refused:
+        assert tries == 3, done.stderr  # a twice (the wait spent), then b once
+        assert [line for line in done.stderr.splitlines() if line.startswith("mpiplat: worker")] == [
+            "mpiplat: worker a could not connect back to the launcher",
+            "mpiplat: worker b could not connect back to the launcher"]
+        assert "mpiplat: cannot connect back to the launcher at " in done.stderr
+    else:
+        assert tries == 2 and done.stderr == "", done.stderr
+    listeners = subprocess.run(["pgrep", "-f", "s.listen.64"], capture_output=True, text=True)
+    assert listeners.stdout == "", "the launcher left its listener running"
 
 
 # ---------------------------------------------------------------- against the pinned Trainer

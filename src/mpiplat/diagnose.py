@@ -66,11 +66,14 @@ _PROXY_UNRESOLVED = (
                r"(?P<host>\S+)[^\n]*)"),  # MPICH
     re.compile(r"\[(?:proxy|bstrap):[\d:]+@(?P<proxy>[^\]\s]+)\][^\n]*?(?P<error>getaddrinfo returned error[^\n]*)"),
 )
+# The job builder's launcher (jobs.launcher_command) when a worker could not connect back to it in its wait.
+_BUILDER_NO_CALLBACK = re.compile(r"mpiplat: cannot connect back to the launcher at (?P<host>[^:\s]+):"
+                                  r"(?P<port>\d+)\s*\nmpiplat: worker (?P<proxy>\S+) could not connect back")
 # Open MPI (ORTE, 4.x): a worker's daemon that mpirun lost, and daemons that never called mpirun back.
 _DAEMON_LOST = re.compile(r"ORTE has lost communication with a remote daemon\.(?:.*\n){0,4}?.*Remote daemon:\s*\S+ "
                           r"on node (?P<host>\S+)")
 _DAEMONS_SILENT = re.compile(r"An ORTE daemon has unexpectedly failed after launch and before\s+communicating back "
-                             r"to mpirun")
+                             r"to mpirun|ORTE was unable to reliably start one or more daemons")
 # What a pod's log shows when its uid has no passwd entry (OpenShift's restricted-v2 runs pods as an arbitrary
 # uid with group 0): the client ssh and some sshd refuse to go on, so do Python's getpass and coreutils.
 _USER_UNKNOWN = (
@@ -211,6 +214,8 @@ def launcher_log_failure(log: str) -> Failure | None:
         why = next((u["error"].strip() for rx in _PROXY_UNRESOLVED for u in rx.finditer(log, 0, m.end())
                     if u["proxy"] == m["proxy"] and u.groupdict().get("host") in (None, m["host"])), "")
         found.append((m.start(), LauncherUnreachable(m["proxy"], m["host"], int(m["port"]), why)))
+    if m := _BUILDER_NO_CALLBACK.search(log):
+        found.append((m.start(), LauncherUnreachable(m["proxy"], m["host"], int(m["port"]))))
     if m := _DAEMON_LOST.search(log):
         found.append((m.start(), DaemonLost(m["host"])))
     return min(found, key=lambda f: f[0])[1] if found else None
@@ -581,8 +586,7 @@ def _from_launcher_log(kube: Kube, namespace: str, name: str, job: dict, pods) -
         if ident and not (isinstance(found, RankSignalled) and where):
             return _identity_cause(ident, launcher, container)
         if not found and _DAEMONS_SILENT.search(log):
-            return ("MPI start-up failed: Open MPI's daemons on the workers never called mpirun back (\"An ORTE "
-                    "daemon has unexpectedly failed after launch and before communicating back to mpirun\")",
+            return ("MPI start-up failed: Open MPI's daemons on the workers never called mpirun back",
                     f"the daemons connect to the launcher's address on TCP ports mpirun picks: NetworkPolicies of "
                     f"namespace {namespace} must let the job's workers reach its launcher on any TCP port (or fix "
                     f"the ports: --mca oob_tcp_static_ipv4_ports); read the log (kubectl -n {namespace} logs "
@@ -642,9 +646,9 @@ def _launcher_unreachable(kube: Kube, namespace: str, name: str, found: Launcher
                  "the cluster DNS does not answer for the launcher's name: ")
                 + "make mpiexec pass its IP address instead: set I_MPI_HYDRA_IFACE=eth0 (Intel MPI) or "
                   f"HYDRA_IFACE=eth0 (MPICH) in the launcher's environment, or mpirun -iface eth0 ({log_cmd})")
-    return (f"MPI start-up failed: {who}'s Hydra proxy cannot connect to mpiexec at {found.host} port {found.port}",
+    return (f"MPI start-up failed: {who} cannot connect back to the launcher at {found.host} port {found.port}",
             f"check the NetworkPolicies of namespace {namespace}: the job's workers must reach its launcher on the "
-            f"TCP ports mpiexec listens on (any, unless I_MPI_PORT_RANGE or MPIR_CVAR_CH3_PORT_RANGE fix them) "
+            f"TCP ports mpirun listens on (any, unless I_MPI_PORT_RANGE or MPIR_CVAR_CH3_PORT_RANGE fix them) "
             f"({log_cmd})")
 
 

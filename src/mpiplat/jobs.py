@@ -398,28 +398,50 @@ HOSTFILE = "/etc/mpi/hostfile"  # the operator's, in every implementation's form
 LAUNCHER_IDENTITY = "mpiplat: launcher runs as uid"
 
 
+# The launcher's listener for the workers' connect-back check (see launcher_command): Python forks a process
+# that accepts and closes connections on a free port, prints "PORT PID" and exits; its output is closed.
+_LISTENER = """import os,socket,sys
+s=socket.socket();s.bind(("",0));s.listen(64);p=os.fork()
+p and (print(s.getsockname()[1],p),sys.exit())
+n=os.open(os.devnull,os.O_RDWR);os.dup2(n,1);os.dup2(n,2);os.setsid()
+while 1:s.accept()[0].close()"""
+
+
 def launcher_command(implementation: str, np: int, slots: int, program: list[str]) -> list[str]:
     """The launcher's command: mpirun for `implementation` running `program` on `np` ranks, once every
-    worker of the hostfile answers over SSH. It first prints LAUNCHER_IDENTITY with its uid and gid.
+    worker of the hostfile answers over SSH and can connect back to the launcher. It first prints
+    LAUNCHER_IDENTITY with its uid and gid.
 
     A network plugin programs a new pod's NetworkPolicy rules a moment after the pod starts (kube-router:
-    about a second). mpirun started in that moment has its first connections refused and fails at once
-    ("ORTE was unable to reliably start one or more daemons"), so the launcher tries `ssh <worker> true`
-    once a second first, at most LAUNCHER_SSH_WAIT_S tries, or seconds where one try is slow (a name lookup
-    that times out while the cluster's DNS is down), in all; then it runs mpirun anyway, after
-    printing ssh's last error for each worker that did not answer, so the diagnosis can name it. An error that
-    waiting cannot mend (SSH_FINAL: no user for the launcher's uid, a key refused or unreadable) ends the wait,
-    and the launcher then fails without mpirun, which would fail too, or hang (MPICH's and Intel's Hydra)."""
+    about a second, more on a loaded node). mpirun started in that moment has its first connections refused
+    and fails at once ("ORTE was unable to reliably start one or more daemons"): mpirun's ssh to a worker,
+    and the daemons' or Hydra proxies' connections from the workers back to mpirun, whose address is the new
+    launcher pod's. So the launcher tries once a second `ssh <worker>` with a command that connects back to a
+    port the launcher listens on (where the launcher has python3 and the worker bash; else `true`), at most
+    LAUNCHER_SSH_WAIT_S tries, or seconds where one try is slow (a name lookup that times out while the
+    cluster's DNS is down), in all; then it runs mpirun anyway, after printing the last error for each worker
+    that did not answer or connect back, so the diagnosis can name it. An error that waiting cannot mend
+    (SSH_FINAL: no user for the launcher's uid, a key refused or unreadable) ends the wait, and the launcher then
+    fails without mpirun, which would fail too, or hang (MPICH's and Intel's Hydra)."""
     argv, _ = _LAUNCH[implementation]
     final = "|".join(f'*"{e}"*' for e in SSH_FINAL)
+    listener = _LISTENER.replace("'", "'\\''")
     wait = (f'echo "{LAUNCHER_IDENTITY} $(id -u), gid $(id -g)" >&2; '
+            'back=true; lpid=; if command -v python3 >/dev/null 2>&1 && '
+            f"pl=$(python3 -c '{listener}' 2>/dev/null) && ip=$(hostname -i 2>/dev/null | cut -d' ' -f1) && "
+            '[ -n "$ip" ]; then lpid=${pl#* }; '
+            'back="if command -v bash >/dev/null && command -v timeout >/dev/null; then timeout 2 bash -c '
+            "'</dev/tcp/$ip/${pl% *}' 2>/dev/null || "
+            '{ echo \\"mpiplat: cannot connect back to the launcher at $ip:${pl% *}\\" >&2; exit 1; }; fi"; fi; '
             f'i=0; t0=$(date +%s); final=; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
-            f'until err=$(ssh -o ConnectionAttempts=1 -o ConnectTimeout=2 -o BatchMode=yes {SSH_ARGS} "$h" true '
+            f'until err=$(ssh -o ConnectionAttempts=1 -o ConnectTimeout=2 -o BatchMode=yes {SSH_ARGS} "$h" "$back" '
             '2>&1 >/dev/null); do i=$((i+1)); '
             f'[ $(($(date +%s) - t0)) -le {LAUNCHER_SSH_WAIT_S} ] || i={LAUNCHER_SSH_WAIT_S}; '
             f'case "$err" in {final}) i={LAUNCHER_SSH_WAIT_S}; final=1;; esac; '
-            f'if [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ]; then echo "$err" >&2; '
-            'echo "mpiplat: worker $h did not answer over SSH" >&2; break; fi; sleep 1; done; done; '
+            f'if [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ]; then echo "$err" >&2; case "$err" in '
+            '*"cannot connect back"*) echo "mpiplat: worker $h could not connect back to the launcher" >&2;; '
+            '*) echo "mpiplat: worker $h did not answer over SSH" >&2;; esac; break; fi; sleep 1; done; done; '
+            '[ -z "$lpid" ] || kill "$lpid" 2>/dev/null; '
             'if [ -n "$final" ]; then echo "mpiplat: ssh cannot log in, and waiting will not change that: mpirun '
             'not started" >&2; exit 1; fi; '
             f'[ "$i" -eq 0 ] || [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ] || '

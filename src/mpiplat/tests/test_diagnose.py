@@ -509,8 +509,28 @@ def test_diagnose_points_at_policies_when_a_proxy_cannot_connect_to_mpiexec():
     job = _failed_job("k6", "ns")
     pods = [_pod("k6-launcher-wdxhl", "launcher", None, "Failed", 7)]
     found = diagnose(_FakeKube(job, pods, {"k6-launcher-wdxhl": HYDRA_PROXY_REFUSED}), "ns", "k6")
-    assert found.cause == ("MPI start-up failed: worker 1's Hydra proxy cannot connect to mpiexec at "
+    assert found.cause == ("MPI start-up failed: worker 1 cannot connect back to the launcher at "
                            "k6-launcher.k6.ns.svc port 43019"), found
+    assert "NetworkPolicies of namespace ns" in found.remedy
+
+
+# The job builder's launcher, when a worker could not connect back to it within its wait (jobs.launcher_command),
+# then mpirun's report (ISO-03 in CI once: the workers' policies did not yet admit the new launcher's address).
+BUILDER_NO_CALLBACK = (
+    "mpiplat: launcher runs as uid 1000680000, gid 0\n"
+    "mpiplat: cannot connect back to the launcher at 10.244.1.9:40125\n"
+    "mpiplat: worker np-worker-0.np.ns.svc could not connect back to the launcher\n"
+    "--------------------------------------------------------------------------\n"
+    "ORTE was unable to reliably start one or more daemons.\n"
+    "This usually is caused by:\n")
+
+
+def test_diagnose_names_the_worker_that_could_not_connect_back_to_the_builders_launcher():
+    assert launcher_log_failure(BUILDER_NO_CALLBACK) == LauncherUnreachable("np-worker-0.np.ns.svc", "10.244.1.9",
+                                                                            40125)
+    pods = [_pod("np-launcher-8cnnh", "launcher", None, "Failed", 1)]
+    found = diagnose(_FakeKube(_failed_job("np", "ns"), pods, {"np-launcher-8cnnh": BUILDER_NO_CALLBACK}), "ns", "np")
+    assert found.cause == "MPI start-up failed: worker 0 cannot connect back to the launcher at 10.244.1.9 port 40125"
     assert "NetworkPolicies of namespace ns" in found.remedy
 
 
