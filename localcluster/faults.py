@@ -525,14 +525,20 @@ class Scaled(Fault):
 
 @dataclass
 class NodesCordoned(Fault):
-    """Every node that advertises GPUs and is schedulable is cordoned; undo uncordons exactly those."""
+    """Every schedulable node that advertises GPUs (`real`: every schedulable node that is not KWOK's) is
+    cordoned; undo uncordons exactly those."""
 
     resource: str = "nvidia.com/gpu"
+    real: bool = False
+
+    def _chosen(self, node: dict) -> bool:
+        if self.real:
+            return (node["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake"
+        return int((node["status"].get("allocatable") or {}).get(self.resource, "0")) > 0
 
     def apply(self) -> None:
         for node in list_objects("nodes"):
-            if int((node["status"].get("allocatable") or {}).get(self.resource, "0")) > 0 \
-                    and not node["spec"].get("unschedulable"):
+            if self._chosen(node) and not node["spec"].get("unschedulable"):
                 self.saved.append(node["metadata"]["name"])
         for name in self.saved:
             kubectl("cordon", name)

@@ -496,40 +496,81 @@ def test_priority_preemption_within_a_queue(kube, run, settings, mpijob_spec, re
             kube.delete(WORKLOAD_PRIORITY_CLASS, name)
 
 
+def _one_node(kube, settings, team) -> tuple[str, bool]:
+    """(hostname label, real) of a node where a job of `team`'s queue can run: it has the node labels of the
+    first ResourceFlavor of the team's ClusterQueue (Kueue gives its pods that flavor's selector and
+    tolerations) and takes the suite's pods; a real one where there is one, else a KWOK one (simulated)."""
+    cq = (kube.find(CLUSTERQUEUE, team.cluster_queue) if team.cluster_queue else None) or {}
+    names = [f["name"] for g in (cq.get("spec") or {}).get("resourceGroups") or []
+             if "cpu" in g.get("coveredResources", []) for f in g.get("flavors") or []]
+    if not names:
+        pytest.fail(f"team {team.name}'s ClusterQueue {team.cluster_queue} has no flavor with cpu quota")
+    flavor = (kube.find(RESOURCEFLAVOR, names[0]) or {}).get("spec") or {}
+    wanted = {**settings.node_selector, **(flavor.get("nodeLabels") or {})}
+    for node in sorted(kube.core.list_node().items, key=lambda n: (caps.is_kwok(n), n.metadata.name)):
+        real = not caps.is_kwok(node)
+        tolerations = [*settings.tolerations, *(flavor.get("tolerations") or []),
+                       *([] if real else [jobs.KWOK_TOLERATION])]
+        labels = node.metadata.labels or {}
+        if HOSTNAME_LABEL in labels and all(labels.get(k) == v for k, v in wanted.items()) \
+                and caps.takes_pods(node, tolerations):
+            return labels[HOSTNAME_LABEL], real
+    pytest.fail(f"no node has the labels of ResourceFlavor {names[0]} ({wanted}) and takes the suite's pods: "
+                f"team {team.name}'s jobs cannot run")
+
+
 @pytest.mark.requirement("SCH-05")
-def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, settings, mpijob_spec, evidence):
-    """An admitted job whose pods can never be scheduled (a node selector no node matches) is evicted once
-    Kueue's waitForPodsReady timeout passes (Workload condition Evicted, reason PodsReadyTimeout), its pods
-    are removed, and it is requeued and admitted again after the backoff (QuotaReserved again, later than
-    the eviction, and the job resumed). Both waits are settings thresholds.pods_ready_timeout_s.
+def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, settings, mpijob_spec):
+    """A job that starts partially: its two workers are pinned to one node and may not share it (a required
+    pod anti-affinity), so one runs there and the other can never be scheduled; on a real node where the team's
+    flavor has one (else a KWOK node: simulated; the local cluster's flavors place on its KWOK GPU nodes).
+    Kueue's waitForPodsReady must evict it once its timeout passes (Workload condition Evicted, reason
+    PodsReadyTimeout) and remove its pods, the running one too, which would otherwise hold its share of the
+    node for ever; and requeue it (admitted again after the backoff, later than the eviction, and the job
+    resumed). Both waits are settings thresholds.pods_ready_timeout_s.
     Fails on a cluster whose Kueue has no waitForPodsReady: Kueue then gives the admitted job's Workload no
     PodsReady condition (it sets one, False until the pods are ready, only with waitForPodsReady on), which
-    shows at once, and the job would keep its quota forever; or that never admits an evicted job again (e.g.
-    requeuingStrategy backoffLimitCount 0 deactivates it)."""
+    shows at once, and the partly started job keeps its running worker and its quota; or that never admits an
+    evicted job again (e.g. requeuingStrategy backoffLimitCount 0 deactivates it)."""
     team = _team(settings)
-    evidence.at_most("objects", "its pods can never be scheduled, by design: Kueue's eviction is what it judges")
+    node, real = _one_node(kube, settings, team)
     ns = run.namespace(team)
     timeout = settings.thresholds["pods_ready_timeout_s"]
+    workers = f"{JOB_LABEL}=stuck,{ROLE_LABEL}=worker"
+    manifest = _job(mpijob_spec, "stuck", ns, 2, gpus_per_worker=0, real=real, node_selector={HOSTNAME_LABEL: node},
+                    **_after(LONG))
+    # mpi-operator v0.8 creates a queued job's launcher while the job is suspended, whatever its
+    # launcherCreationPolicy: it must not end the job (mpirun failing on the missing worker) before Kueue evicts it.
+    replicas = manifest["spec"]["mpiReplicaSpecs"]
+    replicas["Launcher"]["template"]["spec"]["containers"][0]["args"] = ["sleep", LONG.rstrip("s")]
+    replicas["Worker"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {JOB_LABEL: "stuck", ROLE_LABEL: "worker"}},
+            "topologyKey": HOSTNAME_LABEL}]}}
     try:
-        # The settings' selector plus one that no node matches: admitted, never schedulable.
-        submit_job(kube, _job(mpijob_spec, "stuck", ns, 2, node_selector={"mpiplat.io/no-such-node": "true"}))
+        submit_job(kube, manifest)
         name = _admitted(kube, ns, "stuck")["metadata"]["name"]
         start = time.monotonic()
-        first = wait_pods(kube, ns, f"{JOB_LABEL}=stuck,{ROLE_LABEL}=worker", lambda pods: len(pods) >= 2, timeout=60)
+        first = wait_pods(kube, ns, workers, lambda pods: len(pods) >= 2 and any(
+            p.status.phase == "Running" for p in pods), timeout=120)
+        running = [p.metadata.name for p in first if p.status.phase == "Running"]
+        assert len(running) == 1, (f"both workers run on {node} although they may not share a node: the scheduler "
+                                   "ignores required pod anti-affinity, so the job did not start partially")
         try:
             kube.wait_for(WORKLOAD, name, ns, lambda w: condition(w, "PodsReady") is not None, timeout=30,
                           what="a PodsReady condition")
         except TimeoutError:
             pytest.fail(f"the admitted job's Workload {name} has no PodsReady condition {kube.waited(30):.0f}s "
-                        "after its pods were created: Kueue's waitForPodsReady is off, so a job whose pods never "
-                        "become ready keeps its quota")
+                        f"after it started partially ({running[0]} running on {node}): Kueue's waitForPodsReady is "
+                        "off, so a job whose pods never all become ready keeps its running pods and its quota")
         try:
             evicted = kube.wait_for(WORKLOAD, name, ns, lambda w: (condition(w, "Evicted") or {}).get("reason")
                                     == "PodsReadyTimeout" and has_condition(w, "Evicted"), timeout=timeout,
                                     what="eviction for PodsReadyTimeout")
         except TimeoutError as err:
-            pytest.fail(f"the job was not evicted within {kube.waited(timeout):.0f}s (pods_ready_timeout_s) "
-                        f"although its pods cannot become ready: is Kueue's waitForPodsReady on? {err}")
+            pytest.fail(f"the partly started job was not evicted within {kube.waited(timeout):.0f}s "
+                        f"(pods_ready_timeout_s); {running[0]} still holds {node}: is Kueue's waitForPodsReady "
+                        f"on? {err}")
         run.record("SCH-05", "admission -> eviction (waitForPodsReady)", time.monotonic() - start, "s")
         at = _ts(condition(evicted, "Evicted")["lastTransitionTime"])
         try:
@@ -540,11 +581,12 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
                         f"(pods_ready_timeout_s): not requeued; {err}")
         run.record("SCH-05", "eviction -> admitted again (requeue backoff)",
                    (_since(again, "QuotaReserved") - at).total_seconds(), "s")
-        old = {p.metadata.uid for p in first}
+        old = {p.metadata.uid: p.metadata.name for p in first}
         until = kube.deadline(60)
-        while old & {p.metadata.uid for p in _pods(kube, ns, "stuck")} and time.monotonic() < until:
+        while old.keys() & {p.metadata.uid for p in _pods(kube, ns, "stuck")} and time.monotonic() < until:
             time.sleep(0.5)
-        assert not old & {p.metadata.uid for p in _pods(kube, ns, "stuck")}, "the evicted job's pods were not removed"
+        left = sorted(old[u] for u in old.keys() & {p.metadata.uid for p in _pods(kube, ns, "stuck")})
+        assert not left, f"the evicted job's pods {left} were not removed (the running one holds its node)"
         kube.wait_for(MPIJOB, "stuck", ns, lambda j: j["spec"]["runPolicy"].get("suspend") is False, timeout=60,
                       what="resumed (runPolicy.suspend false) after the re-admission")
     finally:

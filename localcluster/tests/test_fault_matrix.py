@@ -37,8 +37,8 @@ def before(kube) -> dict:
     return faults.baseline()
 
 
-def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0) -> tuple[subprocess.CompletedProcess,
-                                                                                           dict]:
+def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0,
+              extra: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, dict]:
     """The conformance suite's cluster profile, only `requirements`, against the local cluster, with the
     local settings, this cluster's Prometheus and timeouts.wait_scale set to `wait_scale`."""
     local = yaml.safe_load(settings.LOCAL.read_text())
@@ -50,7 +50,7 @@ def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0
     cmd = [sys.executable, "-m", "pytest", str(SUITE), "--profile", "cluster", "--only", ",".join(requirements),
            "--fail-fast-rows",
            "--kubeconfig", str(cluster.kubeconfig_path()), "--report-dir", str(report_dir), "--settings", str(path),
-           "-p", "no:cacheprovider"]
+           "-p", "no:cacheprovider", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
     results = report_dir / "results.json"
     assert results.is_file(), f"the suite wrote no results.json (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
@@ -98,3 +98,21 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
         f"\n--- suite output\n{proc.stdout[-4000:]}"
     assert cluster.status()["healthy"], f"the cluster is not healthy after undoing {fault.name}"
     assert faults.baseline() == before, f"undoing {fault.name} did not restore the cluster"
+
+
+@pytest.mark.timeout(SUITE_TIMEOUT_S + 300)
+@pytest.mark.skipif(os.environ.get("MPIPLAT_FAULT_SHARE", "1/1").split("/")[0] != "1", reason="share 1 runs it")
+def test_a_strict_run_exits_1_when_the_real_node_is_cordoned(before, tmp_path):
+    """With the real node cordoned, JOB-01 passes on the KWOK nodes and says `simulated`: an honest report,
+    and exit 0. --strict-verdicts (`mpiplat conformance run --strict`) makes it exit 1, naming the row."""
+    fault = faults.NodesCordoned("real-node-cordoned", real=True)
+    try:
+        fault.apply()
+        assert fault.saved, "the local cluster has no schedulable real node to cordon"
+        proc, results = run_suite(["JOB-01"], tmp_path, extra=("--strict-verdicts",))
+    finally:
+        fault.undo()
+    job01 = results["requirements"]["JOB-01"]
+    assert (job01["status"], job01["evidence"]) == ("passed", "simulated"), job01
+    assert proc.returncode == 1 and "JOB-01 shown simulated, not real" in proc.stdout, proc.stdout[-3000:]
+    assert faults.baseline() == before, "uncordoning the real node did not restore the cluster"

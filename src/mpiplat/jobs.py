@@ -398,12 +398,13 @@ HOSTFILE = "/etc/mpi/hostfile"  # the operator's, in every implementation's form
 LAUNCHER_IDENTITY = "mpiplat: launcher runs as uid"
 
 
-# The launcher's listener for the workers' connect-back check (see launcher_command): Python forks a process
-# that accepts and closes connections on a free port, prints "PORT PID" and exits; its output is closed.
-_LISTENER = """import os,socket,sys
-s=socket.socket();s.bind(("",0));s.listen(64);p=os.fork()
-p and (print(s.getsockname()[1],p),sys.exit())
-n=os.open(os.devnull,os.O_RDWR);os.dup2(n,1);os.dup2(n,2);os.setsid()
+# The launcher's listener for the workers' connect-back check (see launcher_command): it writes its port to the
+# FIFO its argument names, then accepts and closes connections until it is killed. The launcher's shell starts
+# it as its own child and reaps it before it execs mpirun: MPICH's mpiexec takes any child it reaps for one of
+# its own, and a killed one fails the job ("one of the processes terminated badly").
+_LISTENER = """import socket,sys
+s=socket.socket();s.bind(("",0));s.listen(64)
+open(sys.argv[1],"w").write(str(s.getsockname()[1]))
 while 1:s.accept()[0].close()"""
 
 
@@ -427,12 +428,14 @@ def launcher_command(implementation: str, np: int, slots: int, program: list[str
     final = "|".join(f'*"{e}"*' for e in SSH_FINAL)
     listener = _LISTENER.replace("'", "'\\''")
     wait = (f'echo "{LAUNCHER_IDENTITY} $(id -u), gid $(id -g)" >&2; '
-            'back=true; lpid=; if command -v python3 >/dev/null 2>&1 && '
-            f"pl=$(python3 -c '{listener}' 2>/dev/null) && ip=$(hostname -i 2>/dev/null | cut -d' ' -f1) && "
-            '[ -n "$ip" ]; then lpid=${pl#* }; '
+            'back=true; lpid=; pf=; if command -v python3 >/dev/null 2>&1 && pf=$(mktemp -u 2>/dev/null) && '
+            'mkfifo -m 600 "$pf" 2>/dev/null; then '
+            f"python3 -c '{listener}' \"$pf\" 2>/dev/null & lpid=$!; port=$(timeout 5 cat \"$pf\"); "
+            "ip=$(hostname -i 2>/dev/null | cut -d' ' -f1); "
+            'if [ -n "$port" ] && [ -n "$ip" ]; then '
             'back="if command -v bash >/dev/null && command -v timeout >/dev/null; then timeout 2 bash -c '
-            "'</dev/tcp/$ip/${pl% *}' 2>/dev/null || "
-            '{ echo \\"mpiplat: cannot connect back to the launcher at $ip:${pl% *}\\" >&2; exit 1; }; fi"; fi; '
+            "'</dev/tcp/$ip/$port' 2>/dev/null || "
+            '{ echo \\"mpiplat: cannot connect back to the launcher at $ip:$port\\" >&2; exit 1; }; fi"; fi; fi; '
             f'i=0; t0=$(date +%s); final=; for h in $(sed "s/[ :].*//" {HOSTFILE}); do '
             f'until err=$(ssh -o ConnectionAttempts=1 -o ConnectTimeout=2 -o BatchMode=yes {SSH_ARGS} "$h" "$back" '
             '2>&1 >/dev/null); do i=$((i+1)); '
@@ -441,7 +444,7 @@ def launcher_command(implementation: str, np: int, slots: int, program: list[str
             f'if [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ]; then echo "$err" >&2; case "$err" in '
             '*"cannot connect back"*) echo "mpiplat: worker $h could not connect back to the launcher" >&2;; '
             '*) echo "mpiplat: worker $h did not answer over SSH" >&2;; esac; break; fi; sleep 1; done; done; '
-            '[ -z "$lpid" ] || kill "$lpid" 2>/dev/null; '
+            '[ -z "$lpid" ] || { kill "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null; }; [ -z "$pf" ] || rm -f "$pf"; '
             'if [ -n "$final" ]; then echo "mpiplat: ssh cannot log in, and waiting will not change that: mpirun '
             'not started" >&2; exit 1; fi; '
             f'[ "$i" -eq 0 ] || [ "$i" -ge {LAUNCHER_SSH_WAIT_S} ] || '
