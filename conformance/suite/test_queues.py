@@ -540,7 +540,8 @@ def test_pods_that_cannot_become_ready_are_evicted_and_requeued(kube, run, setti
     manifest = _job(mpijob_spec, "stuck", ns, 2, gpus_per_worker=0, real=real, node_selector={HOSTNAME_LABEL: node},
                     **_after(LONG))
     # mpi-operator v0.8 creates a queued job's launcher while the job is suspended, whatever its
-    # launcherCreationPolicy: it must not end the job (mpirun failing on the missing worker) before Kueue evicts it.
+    # launcherCreationPolicy (kubeflow/mpi-operator#615): it must not end the job (mpirun failing on the missing
+    # worker) before Kueue evicts it.
     replicas = manifest["spec"]["mpiReplicaSpecs"]
     replicas["Launcher"]["template"]["spec"]["containers"][0]["args"] = ["sleep", LONG.rstrip("s")]
     replicas["Worker"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {
