@@ -156,6 +156,8 @@ class CommandCpu(threading.Thread):
         self.every, self.done = every, threading.Event()
         self.seen: dict[tuple[int, int], tuple[str, int]] = {}  # (pid, start time): (command, ticks so far)
         self.used: dict[str, int] = {}
+        self.sample()  # what ran before counts as nothing
+        self.used.clear()
 
     @staticmethod
     def command(pid: str, comm: str) -> str:
@@ -232,8 +234,6 @@ def run(stages: list[Stage]) -> int:
     failed: list[str] = []
     began, (busy, idle) = time.monotonic(), _machine_cpu()
     by_command = CommandCpu()
-    by_command.sample()  # what ran before counts as nothing
-    by_command.used.clear()
     by_command.start()
     for stage in stages:
         say("stages", f"== stage {stage.name}: {', '.join(lane.name for lane in stage.lanes)} ({stage.why})")

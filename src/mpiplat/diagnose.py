@@ -59,13 +59,11 @@ _SSH_FAILED = (
 # call mpiexec back at the host name it gave them (the launcher's own hostname), as copied from real runs
 # (src/mpiplat/tests/test_diagnose.py): the connect error, and before it the resolver's where the name did not
 # resolve. Groups: proxy (the worker's hostname), host, port; error.
-_PROXY_NO_SERVER = re.compile(r"\[(?:proxy|bstrap):[\d:]+@(?P<proxy>[^\]\s]+)\][^\n]*?unable to connect to server "
-                              r"(?P<host>\S+) at port (?P<port>\d+)")
-_PROXY_UNRESOLVED = (
-    re.compile(r"\[(?:proxy|bstrap):[\d:]+@(?P<proxy>[^\]\s]+)\][^\n]*?(?P<error>unable to get host address for "
-               r"(?P<host>\S+)[^\n]*)"),  # MPICH
-    re.compile(r"\[(?:proxy|bstrap):[\d:]+@(?P<proxy>[^\]\s]+)\][^\n]*?(?P<error>getaddrinfo returned error[^\n]*)"),
-)
+_PROXY_LINE = r"\[(?:proxy|bstrap):[\d:]+@(?P<proxy>[^\]\s]+)\][^\n]*?"  # "[proxy:0@<worker>] <where>: "
+_PROXY_NO_SERVER = re.compile(_PROXY_LINE + r"unable to connect to server (?P<host>\S+) at port (?P<port>\d+)")
+# MPICH's resolver error names the host; Intel MPI's does not.
+_PROXY_UNRESOLVED = re.compile(_PROXY_LINE + r"(?P<error>unable to get host address for (?P<host>\S+)[^\n]*"
+                                             r"|getaddrinfo returned error[^\n]*)")
 # The job builder's launcher (jobs.launcher_command) when a worker could not connect back to it in its wait.
 _BUILDER_NO_CALLBACK = re.compile(r"mpiplat: cannot connect back to the launcher at (?P<host>[^:\s]+):"
                                   r"(?P<port>\d+)\s*\nmpiplat: worker (?P<proxy>\S+) could not connect back")
@@ -211,8 +209,8 @@ def launcher_log_failure(log: str) -> Failure | None:
     if m := _LOGIN_REFUSED.search(log):
         found.append((m.start(), LoginRefused(m["host"], m["user"], m["methods"])))
     if m := _PROXY_NO_SERVER.search(log):
-        why = next((u["error"].strip() for rx in _PROXY_UNRESOLVED for u in rx.finditer(log, 0, m.end())
-                    if u["proxy"] == m["proxy"] and u.groupdict().get("host") in (None, m["host"])), "")
+        why = next((u["error"].strip() for u in _PROXY_UNRESOLVED.finditer(log, 0, m.end())
+                    if u["proxy"] == m["proxy"] and u["host"] in (None, m["host"])), "")
         found.append((m.start(), LauncherUnreachable(m["proxy"], m["host"], int(m["port"]), why)))
     if m := _BUILDER_NO_CALLBACK.search(log):
         found.append((m.start(), LauncherUnreachable(m["proxy"], m["host"], int(m["port"]))))
@@ -652,21 +650,24 @@ def _launcher_unreachable(kube: Kube, namespace: str, name: str, found: Launcher
             f"({log_cmd})")
 
 
-def _endpoint_slices(kube: Kube, namespace: str, service: str) -> list[dict]:
-    return kube.call_path("GET", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
-                          query=[("labelSelector", f"kubernetes.io/service-name={service}")])["items"]
+def _ready_endpoints(kube: Kube, namespace: str, service: str) -> list[dict] | None:
+    """The ready endpoints of a Service's EndpointSlices; None where it has none or they cannot be read."""
+    try:
+        slices = kube.call_path("GET", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+                                query=[("labelSelector", f"kubernetes.io/service-name={service}")])["items"]
+    except (ApiException, HTTPError, OSError, KeyError):
+        return None
+    return [e for s in slices for e in s.get("endpoints") or [] if (e.get("conditions") or {}).get("ready")] \
+        if slices else None
 
 
 def _cluster_dns_ready(kube: Kube) -> bool | None:
     """Whether the cluster DNS Service (kube-system/kube-dns; OpenShift's openshift-dns/dns-default) has a ready
     endpoint; None where neither is found or they cannot be read."""
     for ns, svc in (("kube-system", "kube-dns"), ("openshift-dns", "dns-default")):
-        try:
-            slices = _endpoint_slices(kube, ns, svc)
-        except (ApiException, HTTPError, OSError, KeyError):
-            continue
-        if slices:
-            return any((e.get("conditions") or {}).get("ready") for s in slices for e in s.get("endpoints") or [])
+        ready = _ready_endpoints(kube, ns, svc)
+        if ready is not None:
+            return bool(ready)
     return None
 
 
@@ -679,12 +680,7 @@ def _unresolved_remedy(kube: Kube, namespace: str, name: str, host: str) -> str:
         return ("the cluster DNS has no ready server: check CoreDNS (kubectl -n kube-system get deploy,pods -l "
                 "k8s-app=kube-dns)")
     pod = host.split(".", 1)[0]
-    try:
-        slices = _endpoint_slices(kube, namespace, name)
-    except (ApiException, HTTPError, OSError, KeyError):
-        slices = None
-    if slices and any(e.get("hostname") == pod and (e.get("conditions") or {}).get("ready")
-                      for s in slices for e in s.get("endpoints") or []):
+    if any(e.get("hostname") == pod for e in _ready_endpoints(kube, namespace, name) or []):
         return (f"{pod} is in the job's Service {name} now: its DNS record came after mpirun had started (a pod is "
                 "Ready before the cluster DNS serves its name; kubeflow/mpi-operator#443). Rerun the job, or make the "
                 "launcher wait until every host of its hostfile resolves before mpirun (a loop over getent hosts)")

@@ -84,8 +84,6 @@ def test_cpu_by_command_counts_a_process_by_its_script_from_its_start(tmp_path):
     burn = tmp_path / "burn.py"
     burn.write_text("import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end:\n    pass\n")
     sampler = _stages().CommandCpu(every=0.05)
-    sampler.sample()
-    sampler.used.clear()
     sampler.start()
     subprocess.run([sys.executable, str(burn)], check=True)
     used = dict(sampler.top())
