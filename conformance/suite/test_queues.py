@@ -496,27 +496,39 @@ def test_priority_preemption_within_a_queue(kube, run, settings, mpijob_spec, re
             kube.delete(WORKLOAD_PRIORITY_CLASS, name)
 
 
+def _flavors(kube, cluster_queue: str | None, resource: str):
+    """(name, spec) of each ResourceFlavor in which the ClusterQueue has quota of `resource`, in its order (Kueue
+    tries them in that order); each read when it is reached."""
+    cq = (kube.find(CLUSTERQUEUE, cluster_queue) if cluster_queue else None) or {}
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        if resource in group.get("coveredResources", []):
+            for entry in group.get("flavors") or []:
+                yield entry["name"], (kube.find(RESOURCEFLAVOR, entry["name"]) or {}).get("spec") or {}
+
+
+def _takes_flavor(node, spec: dict, tolerations) -> bool:
+    """Whether a pod with `tolerations` that Kueue gives ResourceFlavor `spec` (its node labels as a selector,
+    its tolerations) can run on `node`."""
+    labels = node.metadata.labels or {}
+    return all(labels.get(k) == v for k, v in (spec.get("nodeLabels") or {}).items()) \
+        and caps.takes_pods(node, [*tolerations, *(spec.get("tolerations") or [])])
+
+
 def _one_node(kube, settings, team) -> tuple[str, bool]:
     """(hostname label, real) of a node where a job of `team`'s queue can run: it has the node labels of the
     first ResourceFlavor of the team's ClusterQueue (Kueue gives its pods that flavor's selector and
     tolerations) and takes the suite's pods; a real one where there is one, else a KWOK one (simulated)."""
-    cq = (kube.find(CLUSTERQUEUE, team.cluster_queue) if team.cluster_queue else None) or {}
-    names = [f["name"] for g in (cq.get("spec") or {}).get("resourceGroups") or []
-             if "cpu" in g.get("coveredResources", []) for f in g.get("flavors") or []]
-    if not names:
+    name, flavor = next(_flavors(kube, team.cluster_queue, "cpu"), (None, None))
+    if name is None:
         pytest.fail(f"team {team.name}'s ClusterQueue {team.cluster_queue} has no flavor with cpu quota")
-    flavor = (kube.find(RESOURCEFLAVOR, names[0]) or {}).get("spec") or {}
-    wanted = {**settings.node_selector, **(flavor.get("nodeLabels") or {})}
     for node in sorted(kube.core.list_node().items, key=lambda n: (caps.is_kwok(n), n.metadata.name)):
         real = not caps.is_kwok(node)
-        tolerations = [*settings.tolerations, *(flavor.get("tolerations") or []),
-                       *([] if real else [jobs.KWOK_TOLERATION])]
         labels = node.metadata.labels or {}
-        if HOSTNAME_LABEL in labels and all(labels.get(k) == v for k, v in wanted.items()) \
-                and caps.takes_pods(node, tolerations):
+        if HOSTNAME_LABEL in labels and all(labels.get(k) == v for k, v in settings.node_selector.items()) \
+                and _takes_flavor(node, flavor, [*settings.tolerations, *([] if real else [jobs.KWOK_TOLERATION])]):
             return labels[HOSTNAME_LABEL], real
-    pytest.fail(f"no node has the labels of ResourceFlavor {names[0]} ({wanted}) and takes the suite's pods: "
-                f"team {team.name}'s jobs cannot run")
+    pytest.fail(f"no node has the labels of ResourceFlavor {name} ({flavor.get('nodeLabels')}) and the settings' "
+                f"node_selector and takes the suite's pods: team {team.name}'s jobs cannot run")
 
 
 @pytest.mark.requirement("SCH-05")
@@ -616,34 +628,25 @@ def _topology(kube, settings, place) -> _Topology:
     zone, rack, host), or its only one. Fails where no team has one: no job of theirs is placed by topology."""
     gpu = settings.gpu_resource
     for team in settings.teams:
-        cq = kube.find(CLUSTERQUEUE, team.cluster_queue) if team.cluster_queue else None
-        for group in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
-            if gpu not in group.get("coveredResources", []):
+        for name, spec in _flavors(kube, team.cluster_queue, gpu):
+            if not spec.get("topologyName"):
                 continue
-            for entry in group.get("flavors") or []:
-                flavor = kube.find(RESOURCEFLAVOR, entry["name"]) or {}
-                spec = flavor.get("spec") or {}
-                if not spec.get("topologyName"):
-                    continue
-                topology = kube.find(TOPOLOGY, spec["topologyName"])
-                if not topology:
-                    pytest.fail(f"ResourceFlavor {entry['name']} names Topology {spec['topologyName']}, which does "
-                                "not exist: Kueue's Topology Aware Scheduling cannot place its jobs")
-                levels = [lv["nodeLabel"] for lv in topology["spec"]["levels"]]
-                level = levels[-2] if len(levels) > 1 and levels[-1] == HOSTNAME_LABEL else levels[-1]
-                tolerations = [*place()["tolerations"], *(spec.get("tolerations") or []),
-                               {"key": gpu, "operator": "Exists"}]
-                domains: dict[str, list] = {}
-                for node in kube.core.list_node().items:
-                    labels = node.metadata.labels or {}
-                    if (level in labels and caps.gpus(node, gpu) > 0
-                            and all(labels.get(k) == v for k, v in (spec.get("nodeLabels") or {}).items())
-                            and caps.takes_pods(node, tolerations)):
-                        domains.setdefault(labels[level], []).append(node)
-                if not domains:
-                    pytest.fail(f"no node of ResourceFlavor {entry['name']} that takes the suite's pods has the "
-                                f"label {level} (a level of Topology {spec['topologyName']})")
-                return _Topology(team, spec["topologyName"], level, domains)
+            topology = kube.find(TOPOLOGY, spec["topologyName"])
+            if not topology:
+                pytest.fail(f"ResourceFlavor {name} names Topology {spec['topologyName']}, which does not exist: "
+                            "Kueue's Topology Aware Scheduling cannot place its jobs")
+            levels = [lv["nodeLabel"] for lv in topology["spec"]["levels"]]
+            level = levels[-2] if len(levels) > 1 and levels[-1] == HOSTNAME_LABEL else levels[-1]
+            tolerations = [*place()["tolerations"], {"key": gpu, "operator": "Exists"}]
+            domains: dict[str, list] = {}
+            for node in kube.core.list_node().items:
+                labels = node.metadata.labels or {}
+                if level in labels and caps.gpus(node, gpu) > 0 and _takes_flavor(node, spec, tolerations):
+                    domains.setdefault(labels[level], []).append(node)
+            if not domains:
+                pytest.fail(f"no node of ResourceFlavor {name} that takes the suite's pods has the label {level} "
+                            f"(a level of Topology {spec['topologyName']})")
+            return _Topology(team, spec["topologyName"], level, domains)
     pytest.fail("no ClusterQueue of the settings' teams has GPU quota in a ResourceFlavor that names a Kueue "
                 "Topology (spec.topologyName): Kueue's Topology Aware Scheduling places none of their jobs")
 
