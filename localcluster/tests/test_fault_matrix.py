@@ -57,7 +57,8 @@ def run_suite(requirements: list[str], report_dir: Path, wait_scale: float = 1.0
     return proc, json.loads(results.read_text())
 
 
-SHARE = set(faultmatrix.share(os.environ.get("MPIPLAT_FAULT_SHARE", "1/1")))
+SHARE_OF = os.environ.get("MPIPLAT_FAULT_SHARE", "1/1")  # K/N: this lane runs share K of N
+SHARE = set(faultmatrix.share(SHARE_OF))
 
 
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 300)
@@ -101,7 +102,7 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
 
 
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 300)
-@pytest.mark.skipif(os.environ.get("MPIPLAT_FAULT_SHARE", "1/1").split("/")[0] != "1", reason="share 1 runs it")
+@pytest.mark.skipif(SHARE_OF.split("/")[0] != "1", reason="share 1 runs it")
 def test_a_strict_run_exits_1_when_the_real_node_is_cordoned(before, tmp_path):
     """With the real node cordoned, JOB-01 passes on the KWOK nodes and says `simulated`: an honest report,
     and exit 0. --strict-verdicts (`mpiplat conformance run --strict`) makes it exit 1, naming the row."""
