@@ -10,8 +10,9 @@ Each image has one recipe in RECIPES and a fixed local name (mpiplat.local/<name
             reference (versions.yml `images`)
   openmpi   MPI base images that follow kubeflow mpi-operator's base-image contract (sshd on port
   mpich     2222 for the launcher's mpirun, the user mpiuser with uid 1000 and its non-root sshd
-  intel     config ~/.sshd_config, python3 + numpy + mpi4py on that image's MPI), and that run as
-            any UID with group 0, as OpenShift's restricted-v2 runs them (see UID_ENTRYPOINT)
+  intel     config ~/.sshd_config, a launcher that waits for its DNS names, python3 + numpy + mpi4py on
+            that image's MPI), and that run as any UID with group 0, as OpenShift's restricted-v2 runs
+            them (see UID_ENTRYPOINT)
 
 The MPI images are Debian (mmdebstrap --variant=apt, the host's release) plus the recipe's
 packages, files and hooks; a build ends with checks in the new root (mpi4py loads that MPI and two
@@ -154,6 +155,7 @@ ARBITRARY_UID = 1000680000
 # with group 0; ssh, sshd and Hydra refuse a user without a passwd entry. So a UID without one takes over
 # mpiuser's entry (name, home), in /etc/passwd, which group 0 may write; HOME follows (the runtime set "/").
 UID_ENTRYPOINT_PATH = "/usr/local/bin/uid-entrypoint"
+LAUNCHER_DNS_WAIT_S = 45  # beyond kubeadm's CoreDNS negative TTL (30 s): a name asked too early
 UID_ENTRYPOINT = f"""\
 #!/bin/sh
 # mpiplat: run as any UID with group 0 (OpenShift restricted-v2). See the MPI image contract in docs/sdk.md.
@@ -163,6 +165,26 @@ if ! whoami >/dev/null 2>&1; then
     printf '%s\\n%s\\n' "$others" "$entry" > /etc/passwd \\
         || echo "uid-entrypoint: uid $(id -u) has no passwd entry and cannot add one (is its group 0?)" >&2
     export HOME={HOME}
+fi
+# As mpi-operator's base images do: a launcher waits until each worker's name resolves in the cluster DNS,
+# since a pod's record follows its readiness (kubeflow/mpi-operator#443), and its own, which Hydra's proxies
+# (Intel MPI, MPICH) call back unless told an interface (Open MPI's daemons call back by address); then it
+# goes on. It says how long it waited, when it did; it does not wait on a cluster DNS that answers nothing.
+if [ "$K_MPI_JOB_ROLE" = launcher ]; then
+    own=$(hostname -f)
+    [ -z "$OMPI_MCA_orte_keep_fqdn_hostnames$I_MPI_HYDRA_IFACE$HYDRA_IFACE" ] || own=
+    tries=0
+    getent -s dns hosts kubernetes.default.svc >/dev/null \
+        || echo "uid-entrypoint: the cluster DNS does not answer (kubernetes.default.svc does not resolve)" >&2
+    for host in $(sed 's/[: ].*//' /etc/mpi/hostfile 2>/dev/null) $own; do
+        until getent -s dns hosts "$host" >/dev/null || [ $tries -ge $((5 * {LAUNCHER_DNS_WAIT_S})) ] \
+                || ! getent -s dns hosts kubernetes.default.svc >/dev/null; do
+            tries=$((tries + 1))
+            sleep 0.2
+        done
+        getent -s dns hosts "$host" >/dev/null || echo "uid-entrypoint: $host does not resolve" >&2
+    done
+    [ $tries -eq 0 ] || echo "uid-entrypoint: waited $((tries / 5)).$((tries % 5 * 2)) s for the DNS names" >&2
 fi
 exec "$@"
 """

@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
-from mpiplat.conformance import identity, workloads
+from mpiplat.conformance import identity, placement, workloads
 from mpiplat.conformance.health import api_message
 from mpiplat.conformance.watch import (
     JOB_LABEL,
@@ -25,7 +25,7 @@ from mpiplat.conformance.watch import (
     wait_pods,
 )
 from mpiplat.conformance.workloads import results
-from mpiplat.diagnose import diagnose
+from mpiplat.diagnose import diagnose, stuck_launcher
 from mpiplat.kube import MPIJOB, TRAINJOB, Kind, has_condition
 
 IMPLEMENTATIONS = [
@@ -397,3 +397,126 @@ def test_non_root_mpijob_runs_every_rank_as_the_chosen_uid_on_its_own_worker(kub
                took["created_to_running"], "s")
     run.record("JOB-11", f"{implementation}: submit -> both workers Running", took["to_running"], "s")
     run.record("JOB-11", f"{implementation}: submit -> Succeeded (2 workers, uid {uid})", took["to_succeeded"], "s")
+
+
+# What a user writes from the kubeflow/mpi-operator examples (examples/v2beta1/pi: pi.yaml, pi-intel.yaml,
+# pi-mpich.yaml), not the job builder. Changed only where this platform requires it: the image (the profile's),
+# the program (mpi4py's hello world: the examples' pi binary is not in these images), no runAsUser 1000 where the
+# namespace assigns UIDs (OpenShift's restricted-v2 refuses it) and the fields Pod Security `restricted` demands,
+# and the programs in args (pi-intel.yaml's form), so that the image's entrypoint runs.
+UPSTREAM_SSHD = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+UPSTREAM_PROGRAM = ["python3", "-m", "mpi4py.bench", "helloworld"]
+HELLO = re.compile(r"Hello, World! I am process\s+(\d+) of (\d+) on (\S+?)\.?$", re.MULTILINE)
+# Prints "<name> <epoch seconds>" as each name first answers in the cluster DNS, every 0.2 s until all do.
+DNS_PROBE = """left="$*"
+while [ -n "$left" ]; do
+    next=""
+    for n in $left; do
+        if getent -s dns hosts "$n" >/dev/null; then echo "$n $(date +%s.%N)"; else next="$next $n"; fi
+    done
+    left="$next"
+    sleep 0.2
+done"""
+
+
+def _dns_probe(kube, ns: str, image: str, names: list[str], where: placement.Placement) -> None:
+    kube.core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dns-probe"},
+        "spec": {"restartPolicy": "Never", "activeDeadlineSeconds": 300, **placement.pod_spec(where), "containers": [{
+            "name": "probe", "image": image, "args": ["sh", "-c", DNS_PROBE, "probe", *names],
+            "securityContext": jobs.security_context(None),
+            "resources": {"limits": {"cpu": "50m", "memory": "32Mi"}}}]}})
+
+
+def _upstream_mpijob(name: str, ns: str, implementation: str, image: str, uid: int | None, placed: dict) -> dict:
+    security = jobs.security_context(uid)
+    # The examples' limits; requests added (a limit alone is the request too): 9 pods at once fit a 2-CPU node.
+    resources = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "50m", "memory": "128Mi"}}
+
+    def replica(role: str, args: list[str], probe: bool) -> dict:
+        container = {"name": f"mpi-{role}", "image": image, "args": args, "securityContext": security,
+                     "resources": resources}
+        if probe:  # pi-intel.yaml's; the others' workers are Ready once started
+            container["readinessProbe"] = {"tcpSocket": {"port": 2222}, "initialDelaySeconds": 2}
+        return {"replicas": 2 if role == "worker" else 1, "template": {"spec": {"containers": [container], **placed}}}
+
+    return {"apiVersion": f"{MPIJOB.group}/{MPIJOB.version}", "kind": "MPIJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"},
+                     "sshAuthMountPath": "/home/mpiuser/.ssh", "mpiImplementation": implementation,
+                     "launcherCreationPolicy": "WaitForWorkersReady",
+                     "mpiReplicaSpecs": {
+                         "Launcher": replica("launcher", ["mpirun", "-n", "2", *UPSTREAM_PROGRAM], False),
+                         "Worker": replica("worker", UPSTREAM_SSHD, implementation == "Intel")}}}
+
+
+@pytest.mark.requirement("JOB-13", needs=["pod_network"])
+def test_upstream_style_mpijobs_run_unchanged(kube, run, settings, place):
+    """Each MPI's job as users write it from the kubeflow/mpi-operator pi examples (launcherCreationPolicy
+    WaitForWorkersReady, `mpirun -n 2 <program>` in the launcher, `sshd -De -f ~/.sshd_config` in the workers,
+    sshAuthMountPath ~/.ssh, non-root; no mpiplat job builder, no DNS or SSH waits of its own), submitted as
+    written, must succeed with both ranks saying hello from their own worker. Reports, per MPI, worker Ready ->
+    its name resolving for a probe pod that asks from the start, as a launcher that does not wait would: the DNS
+    caches a "no such name" for its negative TTL (CoreDNS: the kubernetes plugin's ttl, 5 s here, 30 s in
+    kubeadm's Corefile), so an early asker waits up to that long (the image's entrypoint waits for the names, as
+    mpi-operator's base images do). Fails with the job's diagnosis: e.g. MPICH's launcher that cannot resolve a
+    worker (kubeflow/mpi-operator#443) hangs, and diagnose reads why."""
+    ns = run.namespace()
+    uid = None if identity.uid_range(kube, ns) else 1000  # the examples' runAsUser where the namespace assigns none
+    where = place(real=True)
+    placed = placement.pod_spec(where)
+    names = {impl: f"pi-{impl.lower()}" for impl in jobs.IMPLEMENTATIONS}
+    _dns_probe(kube, ns, settings.images["OpenMPI"], [f"{n}-worker-{i}.{n}.{ns}.svc" for n in names.values()
+                                                      for i in range(2)], where)
+    wait_pods(kube, ns, "", lambda ps: any(p.status.phase == "Running" for p in ps), timeout=120)
+    for impl, name in names.items():
+        submit(kube, MPIJOB, _upstream_mpijob(name, ns, impl, settings.images[impl], uid, placed))
+    deadline = kube.deadline(120)  # for the three at once
+    ready: dict[str, dict[str, object]] = {name: {} for name in names.values()}  # job -> worker -> Ready at
+
+    def launchers_seen(pods: list) -> bool:  # workers go when their job ends (cleanPodPolicy Running)
+        for p in pods:
+            job, role = p.metadata.labels.get(JOB_LABEL), p.metadata.labels.get(ROLE_LABEL)
+            at = [c.last_transition_time for c in p.status.conditions or [] if c.type == "Ready" and c.status == "True"]
+            if role == "worker" and at and job in ready:
+                ready[job][p.metadata.name] = at[0]
+            if role == "launcher" and job in ready:
+                ready[job].setdefault("launcher", True)
+        return all("launcher" in r for r in ready.values())
+
+    try:
+        wait_pods(kube, ns, f"{JOB_LABEL} in ({','.join(names.values())})", launchers_seen, timeout=120)
+    except TimeoutError:
+        pass  # the jobs' own waits below say which and why
+    wrong, pending = [], dict(names)
+    while pending and time.monotonic() < deadline:  # until each ends, or its launcher's log says it is stuck
+        for impl, name in list(pending.items()):
+            job = kube.find(MPIJOB, name, ns) or {}
+            ended = any(has_condition(job, c) for c in ("Succeeded", "Failed"))
+            stuck = None if ended else stuck_launcher(kube, ns, name)
+            if not ended and stuck is None:
+                continue
+            del pending[impl]
+            [launcher] = kube.core.list_namespaced_pod(
+                ns, label_selector=f"{JOB_LABEL}={name},{ROLE_LABEL}=launcher").items[-1:] or [None]
+            log = (kube.core.read_namespaced_pod_log(launcher.metadata.name, ns) or "") if launcher else ""
+            if not has_condition(job, "Succeeded"):
+                wrong.append(f"{impl}: the job did not succeed: {stuck or diagnose(kube, ns, name)}\n"
+                             f"--- launcher log\n{log[-1500:]}")
+                continue
+            said = HELLO.findall(log)
+            if sorted((r, n) for r, n, _ in said) != [("0", "2"), ("1", "2")] or \
+                    sorted(h for _, _, h in said) != [f"{name}-worker-{i}" for i in range(2)]:
+                wrong.append(f"{impl}: expected ranks 0 and 1 of 2 saying hello, one from each worker; "
+                             f"the launcher's log:\n{log[-1500:]}")
+        time.sleep(2 if pending else 0)
+    wrong += [f"{impl}: did not end in time: {diagnose(kube, ns, name)}" for impl, name in pending.items()]
+    probe = kube.core.read_namespaced_pod_log("dns-probe", ns)
+    resolved = {n: float(t) for n, t in re.findall(r"^(\S+) ([0-9.]+)$", probe, re.MULTILINE)}
+    for impl, name in names.items():
+        lag = [resolved[f"{pod}.{name}.{ns}.svc"] - at.timestamp() for pod, at in ready[name].items()
+               if pod != "launcher" and f"{pod}.{name}.{ns}.svc" in resolved]
+        if len(lag) == 2:  # Ready's time is to the second: the figure is too
+            run.record("JOB-13", f"{impl}: worker Ready -> its name resolves for a client that asked before (slowest "
+                       "of 2, to the second)", max(0.0, *lag), "s")
+    assert not wrong, "\n".join(wrong)

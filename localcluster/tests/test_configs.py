@@ -392,7 +392,7 @@ def test_kube_controller_manager_batches_endpoint_updates(tmp_path, monkeypatch)
     conf = next(yaml.safe_load_all(configs.kwok_config(comps, {}, real).read_text()))
     assert conf["componentsPatches"] == [configs.CONTROLLER_MANAGER_PATCH, *real]
     kcm = {a["key"]: a["value"] for a in conf["componentsPatches"][0]["extraArgs"]}
-    assert kcm == {"endpoint-updates-batch-period": "1s", "endpointslice-updates-batch-period": "1s"}
+    assert kcm == {"endpoint-updates-batch-period": "1s"}  # EndpointSlices as a default cluster's: unbatched
 
 
 def test_the_local_prometheus_scrapes_every_metrics_port_and_reads_the_synced_rules(state, tmp_path):

@@ -485,7 +485,7 @@ def _pod_log(kube: Kube, namespace: str, pod, container: str) -> str:
         try:
             texts.append(kube.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container,
                                                            previous=previous, tail_lines=LOG_TAIL_LINES,
-                                                           _request_timeout=LOG_TIMEOUT_S))
+                                                           _request_timeout=LOG_TIMEOUT_S) or "")  # None: empty
         except (ApiException, HTTPError, OSError):  # not started yet, a simulated pod (no log), a node away
             pass
     return "\n".join(reversed(texts))
@@ -566,6 +566,18 @@ def _worker_labels(job: dict, name: str, index: int, pods) -> dict[str, str]:
     template = job["spec"]["mpiReplicaSpecs"].get("Worker", {}).get("template", {})
     return {**(template.get("metadata", {}).get("labels") or {}), JOB_LABEL: name, ROLE_LABEL: "worker",
             INDEX_LABEL: str(index), "training.kubeflow.org/operator-name": "mpi-operator"}
+
+
+def stuck_launcher(kube: Kube, namespace: str, name: str) -> Diagnosis | None:
+    """The diagnosis of a Running MPIJob whose launcher's log already reports a failure that mpirun may wait on
+    forever (MPICH's Hydra after an unresolved worker), else None: a wait can end there instead of timing out."""
+    job = kube.find(MPIJOB, name, namespace)
+    if job is None or not has_condition(job, "Running") or has_condition(job, "Failed"):
+        return None
+    pods = kube.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}").items
+    found = _from_launcher_log(kube, namespace, name, job, pods)
+    return Diagnosis(f"{namespace}/{name}", "Running", *found, [f"pod {p.metadata.name}: {p.status.phase}"
+                                                                for p in pods]) if found else None
 
 
 def _from_launcher_log(kube: Kube, namespace: str, name: str, job: dict, pods) -> tuple[str, str] | None:

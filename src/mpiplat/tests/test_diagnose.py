@@ -27,6 +27,7 @@ from mpiplat.diagnose import (
     launcher_log_failure,
     pod_of_host,
     policies_selecting,
+    stuck_launcher,
 )
 from mpiplat.jobs import INDEX_LABEL, JOB_LABEL, ROLE_LABEL
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, RESOURCEFLAVOR, WORKLOAD
@@ -433,6 +434,30 @@ def test_diagnose_points_at_the_cluster_dns_when_a_workers_name_does_not_resolve
     found = diagnose(_FakeKube(_failed_job("k5", "ns"), pods, {"k5-launcher-4prgp": SSH_UNRESOLVED}), "ns", "k5")
     assert found.cause.startswith("MPI communication failed: worker 1 unreachable: its name does not resolve"), found
     assert "CoreDNS" in found.remedy and "k8s-app=kube-dns" in found.remedy, found.remedy
+
+
+def _running_job(name: str, ns: str) -> dict:
+    manifest = jobs.mpijob(jobs.MPIJob(name=name, namespace=ns))
+    manifest["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}
+    return manifest
+
+
+@pytest.mark.parametrize("log, stuck", [
+    # MPICH's Hydra after ssh could not resolve a worker: it prints this and waits forever (the job stays Running).
+    ("ssh: Could not resolve hostname k5-worker-1.k5.ns.svc: Name or service not known\r\n", True),
+    ("uid-entrypoint: waited 4.8 s for the DNS names\nHello, World! I am process 0 of 2 on k5-worker-0.\n", False),
+], ids=["unresolved", "running-well"])
+def test_a_running_launcher_whose_log_reports_a_failure_is_stuck(monkeypatch, log, stuck):
+    """A wait on a job can end at the launcher's failure report instead of at its timeout; a launcher whose log
+    reports none is not stuck."""
+    pods = [_pod("k5-launcher-4prgp", "launcher", None, "Running"), _pod("k5-worker-1", "worker", 1, "Running")]
+    monkeypatch.setattr(diagnose_module, "_network_policies", lambda kube, namespace: [])
+    found = stuck_launcher(_FakeKube(_running_job("k5", "ns"), pods, {"k5-launcher-4prgp": log}), "ns", "k5")
+    if not stuck:
+        assert found is None
+        return
+    assert found.state == "Running", found
+    assert found.cause.startswith("MPI communication failed: worker 1 unreachable: its name does not resolve"), found
 
 
 def _slices(*endpoints: tuple[str, bool]) -> list[dict]:
