@@ -197,8 +197,17 @@ def main() -> None:
         except DynamicApiError as err:
             fail("reading", name, err)
 
+    # One list of the CRDs that carry our labels, not a read of each (Kueue has 20, 1.9 MB in all).
+    selector = ",".join(f"{k}={v}" for k, v in sorted(params["labels"].items()))
+    listed: dict[str, dict] = {}
+    try:
+        if selector and wanted:
+            found = client.client.get(api, label_selector=selector).to_dict()["items"]
+            listed = {c["metadata"]["name"]: c for c in found}
+    except DynamicApiError as err:
+        fail("listing", selector, err)
     for crd, name in zip(wanted, names, strict=True):
-        live = read(name)
+        live = listed[name] if name in listed else read(name)
         if holds(live, crd) and _established(live):
             continue
         try:

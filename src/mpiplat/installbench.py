@@ -37,7 +37,8 @@ def _timed(argv: list[str], env: dict[str, str], out: list[str] | None = None) -
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        sys.exit(f"failed: {' '.join(argv)}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        failed = [m.group(0) for m in re.finditer(r"(?ms)^(?:fatal|failed): .*?(?=^\S|\Z)", proc.stdout)]
+        sys.exit(f"failed: {' '.join(argv)}\n{''.join(failed)[-6000:]}{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     if out is not None:
         out.append(proc.stdout)
     return time.monotonic() - start

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import datetime
 import functools
+import inspect
 import json
 import queue
 import re
@@ -693,8 +694,9 @@ def _lines(resp) -> Iterator[str]:
 
 
 class AsyncClient:
-    """Client's methods as asyncio coroutines: each runs the synchronous call in a thread of this client's pool,
-    so `max_concurrency` requests are in flight at once and the event loop never blocks."""
+    """Client's public methods as asyncio coroutines, made from Client's own (below the class), so that the two
+    cannot drift: each runs the synchronous call in a thread of this client's pool, so `max_concurrency`
+    requests are in flight at once and the event loop never blocks. follow_logs is an async iterator."""
 
     def __init__(self, namespace: str | None = None, *, kubeconfig: str | None = None, context: str | None = None,
                  kube: Kube | None = None, max_concurrency: int = 32):
@@ -706,54 +708,14 @@ class AsyncClient:
         call = functools.partial(getattr(self.sync, method), *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
-    async def create(self, job: MPIJob | dict, *, check_gpus: bool = True, check_pods: bool = True) -> MPIJob:
-        return await self._run("create", job, check_gpus=check_gpus, check_pods=check_pods)
-
-    async def get(self, name: str, namespace: str | None = None) -> MPIJob:
-        return await self._run("get", name, namespace)
-
-    async def list(self, namespace: str | None = None, *, all_namespaces: bool = False,
-                   label_selector: str = "") -> list[MPIJob]:
-        return await self._run("list", namespace, all_namespaces=all_namespaces, label_selector=label_selector)
-
-    async def delete(self, name: str, namespace: str | None = None, *, wait: bool = False,
-                     timeout: float = 120) -> None:
-        return await self._run("delete", name, namespace, wait=wait, timeout=timeout)
-
-    async def status(self, name: str, namespace: str | None = None) -> JobStatus:
-        return await self._run("status", name, namespace)
-
-    async def wait(self, name: str, namespace: str | None = None, *, until: str = "finished",
-                   timeout: float = 600) -> JobStatus:
-        return await self._run("wait", name, namespace, until=until, timeout=timeout)
-
-    async def wait_for_completion(self, name: str, namespace: str | None = None, *,
-                                  timeout: float = 600) -> JobStatus:
-        return await self._run("wait_for_completion", name, namespace, timeout=timeout)
-
-    async def diagnose(self, name: str, namespace: str | None = None) -> Diagnosis:
-        return await self._run("diagnose", name, namespace)
-
-    async def suspend(self, name: str, namespace: str | None = None) -> str:
-        return await self._run("suspend", name, namespace)
-
-    async def resume(self, name: str, namespace: str | None = None) -> str:
-        return await self._run("resume", name, namespace)
-
-    async def logs(self, name: str, namespace: str | None = None, which: str | int = "launcher", *,
-                   grep: str | None = None, tail: int | None = None) -> list[LogLine]:
-        return await self._run("logs", name, namespace, which, grep=grep, tail=tail)
-
     async def follow_logs(self, name: str, namespace: str | None = None, which: str | int = "launcher", *,
-                          grep: str | None = None, timeout: float | None = None) -> AsyncIterator[LogLine]:
-        lines = self.sync.follow_logs(name, namespace, which, grep=grep, timeout=timeout)
+                          grep: str | None = None, timeout: float | None = None,
+                          poll: float = 1.0) -> AsyncIterator[LogLine]:
+        lines = self.sync.follow_logs(name, namespace, which, grep=grep, timeout=timeout, poll=poll)
         loop = asyncio.get_running_loop()
         end = object()
         while (line := await loop.run_in_executor(self._pool, next, lines, end)) is not end:
             yield line
-
-    async def describe(self, name: str, namespace: str | None = None) -> dict:
-        return await self._run("describe", name, namespace)
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False)
@@ -763,3 +725,17 @@ class AsyncClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+def _coroutine(name: str):
+    """Client.<name> as a coroutine method of AsyncClient, with its signature and docstring."""
+    @functools.wraps(getattr(Client, name))
+    async def call(self: AsyncClient, *args, **kwargs):
+        return await self._run(name, *args, **kwargs)
+    return call
+
+
+for _name, _method in inspect.getmembers(Client, inspect.isfunction):
+    if not _name.startswith("_") and _name not in vars(AsyncClient):
+        setattr(AsyncClient, _name, _coroutine(_name))
+del _name, _method

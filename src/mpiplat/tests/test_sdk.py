@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import inspect
 import json
 import os
 import re
@@ -171,6 +172,19 @@ def test_job_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["job", "create", "pi", "--dry-run"])  # no program
     assert exit_.value.code == 2 and "a command after --" in capsys.readouterr().err
+
+
+def test_the_async_client_has_every_public_method_of_the_client_as_a_coroutine():
+    """AsyncClient is made from Client: each public method a coroutine (follow_logs an async iterator) with the
+    same parameters, so a method added to Client is never missing from AsyncClient."""
+    public = {n: m for n, m in inspect.getmembers(Client, inspect.isfunction) if not n.startswith("_")}
+    assert {"create", "installed", "pods", "workload", "describe"} <= set(public)
+    for name, method in public.items():
+        made = getattr(AsyncClient, name, None)
+        assert made is not None, f"AsyncClient lacks {name}"
+        kind = inspect.isasyncgenfunction if name == "follow_logs" else inspect.iscoroutinefunction
+        assert kind(made), f"AsyncClient.{name} is not a coroutine"
+        assert inspect.signature(made).parameters.keys() == inspect.signature(method).parameters.keys(), name
 
 
 def test_sdk_snippet_in_the_docs_has_at_most_10_lines():
