@@ -228,10 +228,19 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[s
         times[lane.name] = time.monotonic() - start
 
 
+def host_speed(n: int = 10_000_000) -> float:
+    """Seconds one core takes for a fixed Python loop: CI times on this kind of VM vary with the host under it
+    (the same head: 31 to 43 busy CPU-minutes), and this says which kind of host a run had."""
+    start = time.process_time()
+    sum(i * i for i in range(n))
+    return time.process_time() - start
+
+
 def run(stages: list[Stage]) -> int:
     times: dict[str, float] = {}
     cpu: dict[str, float] = {}
     failed: list[str] = []
+    say("stages", f"== host speed: {host_speed():.2f} s of one core for the reference loop (lower is faster)")
     began, (busy, idle) = time.monotonic(), _machine_cpu()
     by_command = CommandCpu()
     by_command.start()
