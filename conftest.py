@@ -4,6 +4,7 @@ namespaces, and the environment for running playbooks against the cluster."""
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import pytest
@@ -28,6 +29,13 @@ def namespace(kube: Kube):
     name = f"lc-{uuid.uuid4().hex[:8]}"
     kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name=name, labels={"mpiplat.io/test": "localcluster"})))
+    # Pods are refused ("serviceaccount default not found") until kube-controller-manager has made it: under load
+    # that took seconds and failed a test that created a pod at once.
+    deadline = time.monotonic() + 120
+    while not kube.core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"namespace {name} got no default ServiceAccount in 120 s (kube-controller-manager?)")
+        time.sleep(0.2)
     yield name
     kube.core.delete_namespace(name)
 
