@@ -13,12 +13,14 @@ export PYTHONDONTWRITEBYTECODE :=
 
 setup: debs $(VENV)/.installed collection
 
-# The host's Debian packages: prometheus (the local cluster's Prometheus, and promtool) and the real node's
+# The host's Debian packages: prometheus (the local cluster's Prometheus, and promtool), the real node's
 # (localcluster.realnode.DEBIAN: runc, the CNI plugins, netfilter tools, mmdebstrap for its images; a unit test
 # keeps the two lists equal). Installed when missing, as root; otherwise the one command to run is printed.
 DEBS = prometheus runc containernetworking-plugins mmdebstrap iptables ipset conntrack socat
+# The dashboard's browser tests drive Debian's chromium (no registry serves Playwright's own browser).
+BROWSER_DEBS = chromium
 debs:
-	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' \
+	@missing=$$(for p in $(DEBS) $(BROWSER_DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' \
 	  || echo $$p; done | tr '\n' ' '); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "error: missing Debian packages: run  sudo apt-get install -y $$missing" >&2; \

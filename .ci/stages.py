@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -201,6 +202,12 @@ class CommandCpu(threading.Thread):
         return [(name, ticks / hz) for name, ticks in sorted(self.used.items(), key=lambda kv: -kv[1])[:count]]
 
 
+# pytest's summary of a failed test (FAILED/ERROR node - message), its assertion lines (E ...), and the suite's
+# failed rows: repeated after the CPU figures, so that the tail of a failed CI log names what failed.
+FAILURE_LINE = re.compile(r"^(FAILED|ERROR) |^E   |^\s+[A-Z]+-\d+\s+FAILED ")
+FAILURE_LINES = 25
+
+
 def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[str, float]) -> None:
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
     env = {k: v for k, v in {**env, **lane.env}.items() if v is not None}
@@ -215,8 +222,11 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[s
             _running.add(proc)
             if lane.nice:
                 _autogroup_nice(proc.pid, lane.nice)
+            why: list[str] = []  # what a failing step said of its failure, repeated at the end of the log
             for line in proc.stdout:
                 say(lane.name, line.rstrip("\n"))
+                if FAILURE_LINE.match(line):
+                    why = [*why[-(FAILURE_LINES - 1):], line.rstrip("\n")[:400]]
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = code = os.waitstatus_to_exitcode(status)
             _running.discard(proc)
@@ -225,7 +235,7 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[s
             say(lane.name, f"== step {number} {'ok' if code == 0 else f'FAILED (exit {code})'} in "
                            f"{_minutes(time.monotonic() - began)} (CPU {_minutes(used)})")
             if code != 0:
-                failed.append(f"{lane.name} step {number}: {step}")
+                failed.append("\n".join([f"{lane.name} step {number}: {step}", *(f"  {w}" for w in why)]))
                 return
     finally:
         if lane.cleanup:
@@ -271,7 +281,8 @@ def run(stages: list[Stage]) -> int:
                   f"rest (the clusters' daemons) {_minutes(now_busy - busy - sum(cpu.values()))}")
     say("stages", "== CPU by command (sampled): " + ", ".join(f"{name} {_minutes(s)}" for name, s in by_command.top()))
     for what in failed:
-        say("stages", f"FAILED: {what}")
+        for n, line in enumerate(what.splitlines()):
+            say("stages", f"FAILED: {line}" if n == 0 else line)
     return 1 if failed else 0
 
 

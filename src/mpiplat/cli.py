@@ -159,6 +159,26 @@ def _diagnose(args) -> int:
     return 0
 
 
+def _dashboard(args) -> int:
+    from mpiplat.dashboard.app import Settings, serve
+
+    kubeconfig = args.kubeconfig
+    if args.local:
+        from mpiplat.localcluster import cluster
+
+        if not cluster.status()["healthy"]:
+            cluster.up()
+        kubeconfig = str(cluster.kubeconfig_path())
+    settings = Settings(kubeconfig=kubeconfig, context=args.context, auth=args.auth, user_header=args.user_header,
+                        groups_header=args.groups_header, namespaces=args.namespaces, reports=args.report)
+    try:
+        settings.check()
+    except ValueError as err:
+        raise MpiplatError(str(err)) from err
+    serve(settings, args.host, args.port)
+    return 0
+
+
 def _demo(args) -> int:
     from mpiplat.localcluster import demo
 
@@ -250,6 +270,22 @@ def parser() -> argparse.ArgumentParser:
     from mpiplat import jobcli
 
     jobcli.add_parser(sub)
+
+    db = sub.add_parser("dashboard", help="serve the MPIJobs dashboard (list, create, details, logs, queues, reports)")
+    _cluster_access(db, "use the local reference cluster (started if it is not up)")
+    db.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    db.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    db.add_argument("--auth", choices=["kubeconfig", "proxy"], default="kubeconfig",
+                    help="kubeconfig: act as the kubeconfig's user (a laptop); proxy: act as each request's user, "
+                         "named by the identity-passing proxy in front (headers below), through impersonation")
+    db.add_argument("--user-header", default="X-Forwarded-User", help="with --auth proxy: the user's header")
+    db.add_argument("--groups-header", default="X-Forwarded-Groups",
+                    help="with --auth proxy: the user's groups' header (comma-separated)")
+    db.add_argument("--namespace", action="append", dest="namespaces", metavar="NS",
+                    help="offer this namespace (repeatable; default: those the user may list MPIJobs in)")
+    db.add_argument("--report", action="append", default=[], metavar="DIR_OR_TARBALL",
+                    help="a conformance report folder or handover tarball to browse (repeatable)")
+    db.set_defaults(func=_dashboard)
 
     dm = sub.add_parser("demo", help="run an MPIJob and narrate it (on the local cluster: --local)")
     _cluster_access(dm, "use the local reference cluster (started if it is not up)")

@@ -6,16 +6,18 @@ joined by ':'), else ~/.kube/config; --context if given, else the kubeconfig's c
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from urllib3 import HTTPHeaderDict
 from urllib3.exceptions import HTTPError
 
 from mpiplat.errors import MpiplatError
@@ -84,16 +86,44 @@ class Kube:
             raise KubeconfigError(f"kubeconfig {os.pathsep.join(existing)}: {err}; "
                                   "check --context and the file (kubectl config get-contexts)") from err
         cfg.connection_pool_maxsize = POOL_SIZE
-        self.api_client = client.ApiClient(cfg)
         self.kubeconfig = os.pathsep.join(existing)
         self.context = context or (current or {}).get("name", "")
         chosen = next((c for c in contexts if c.get("name") == self.context), current) or {}
         # Where namespaced requests go unless told otherwise: the context's namespace, like kubectl.
         self.namespace = (chosen.get("context") or {}).get("namespace") or "default"
-        self.core = client.CoreV1Api(self.api_client)
-        self.batch = client.BatchV1Api(self.api_client)
-        self.custom = client.CustomObjectsApi(self.api_client)
-        self.apiext = client.ApiextensionsV1Api(self.api_client)
+        self.user: tuple[str, tuple[str, ...]] | None = None  # whom it impersonates (impersonating())
+        self._apis(client.ApiClient(cfg))
+
+    def _apis(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.apiext = client.ApiextensionsV1Api(api_client)
+
+    def impersonating(self, user: str, groups: Sequence[str] = ()) -> Kube:
+        """A Kube on the same cluster whose every request acts as `user` in `groups` (Kubernetes impersonation;
+        this client's own identity needs the `impersonate` verb on users and groups). The API server reads each
+        Impersonate-Group header as one group, so each group goes in its own header (the generated client keeps
+        one value per header name: the headers are set below it, on the connection's request)."""
+        other = copy.copy(self)
+        other.user = (user, tuple(groups))
+        api_client = client.ApiClient(self.api_client.configuration)
+        rest = api_client.rest_client
+        plain = rest.request
+
+        def request(*args, **kwargs):
+            headers = HTTPHeaderDict({k: v for k, v in (kwargs.get("headers") or {}).items()
+                                      if not k.lower().startswith("impersonate-")})
+            headers["Impersonate-User"] = user
+            for group in groups:
+                headers.add("Impersonate-Group", group)
+            kwargs["headers"] = headers
+            return plain(*args, **kwargs)
+
+        rest.request = request
+        other._apis(api_client)
+        return other
 
     def identity(self) -> dict:
         """What names the cluster in a report: API server URL, server version and context."""

@@ -31,10 +31,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from mpiplat import overview
 from mpiplat.diagnose import Diagnosis, diagnose
 from mpiplat.errors import MpiplatError
 from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, ROLE_LABEL, MPIJob
-from mpiplat.kube import LOCALQUEUE, MPIJOB, WORKLOAD, Kube, condition, has_condition
+from mpiplat.kube import MPIJOB, WORKLOAD, Kube, condition, has_condition
 
 
 class JobError(MpiplatError):
@@ -499,6 +500,26 @@ class Client:
         with self._explained("get", namespace, name):
             return diagnose(self.kube, namespace, name, gpu_resource)
 
+    # ---------------------------------------------------------------- many jobs, queues
+    def namespaces(self, candidates: list[str] | None = None) -> list[str] | None:
+        """Where the caller may list MPIJobs: None for every namespace, else the namespaces of `candidates`
+        (default: those the caller may list, else its context's) where it may."""
+        with self._explained("list", "(all)"):
+            return overview.namespaces(self.kube, candidates)
+
+    def summaries(self, namespace: str | None = None, *, all_namespaces: bool = False,
+                  kinds: tuple[str, ...] = overview.KINDS) -> list[overview.JobSummary]:
+        """Every MPIJob and TrainJob (`kinds`) in the namespace, or in all, newest first: phase, queue and
+        position, workers ready of total, GPUs and times, in a few API calls (a job list's rows)."""
+        namespace = None if all_namespaces else namespace or self.namespace
+        with self._explained("list", namespace or "(all)"):
+            return overview.summaries(self.kube, namespace, kinds)
+
+    def cluster_queues(self) -> list[overview.QueueSummary]:
+        """Every Kueue ClusterQueue's nominal, used and borrowed GPUs and its pending workloads in order."""
+        with self._explained("list", "(all)"):
+            return overview.cluster_queues(self.kube)
+
     # ---------------------------------------------------------------- suspend / resume
     def workload(self, name: str, namespace: str | None = None) -> dict | None:
         """The job's Kueue Workload, if Kueue manages it."""
@@ -659,7 +680,8 @@ class Client:
                       "phase": p.status.phase, "node": p.spec.node_name or "",
                       "ready": all(cs.ready for cs in p.status.container_statuses or []) and bool(
                           p.status.container_statuses),
-                      "restarts": sum(cs.restart_count for cs in p.status.container_statuses or [])} for p in pods],
+                      "restarts": sum(cs.restart_count for cs in p.status.container_statuses or []),
+                      "reason": _pod_reason(p)} for p in pods],
             "events": [{"object": f"{e.involved_object.kind}/{e.involved_object.name}", "type": e.type,
                         "reason": e.reason, "message": e.message, "count": e.count or 1,
                         "time": str(e.last_timestamp or e.event_time or "")} for e in events[-25:]],
@@ -667,18 +689,28 @@ class Client:
         }
 
     def _queue_position(self, wl: dict, namespace: str) -> int | None:
-        """The Workload's position in its LocalQueue from Kueue's visibility API, where the cluster serves it."""
-        if has_condition(wl, "QuotaReserved"):
+        """The Workload's position in its LocalQueue (0: next): Kueue's visibility API's, or where the cluster does
+        not serve it, its place in Kueue's order among the queue's pending workloads (overview.queue_order)."""
+        if has_condition(wl, "QuotaReserved") or not wl["spec"].get("queueName"):
             return None
-        lq = wl["spec"].get("queueName")
         try:
-            self.kube.get(LOCALQUEUE, lq, namespace)
-            found = self.kube.get_path(
-                f"/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/{lq}/pendingworkloads")
+            found = overview.queue_positions(self.kube, namespace, wl["spec"]["queueName"])
         except ApiException:
             return None
-        return next((w.get("positionInLocalQueue") for w in (found or {}).get("items", [])
-                     if w["metadata"]["name"] == wl["metadata"]["name"]), None)
+        return found.get((namespace, wl["metadata"]["name"]))
+
+
+def _pod_reason(pod: client.V1Pod) -> str:
+    """Why the pod's containers stopped or wait (e.g. "Error, exit 1", "OOMKilled, exit 137", "ImagePullBackOff"),
+    the last run's where the container restarted; "" while they run."""
+    for cs in pod.status.container_statuses or []:
+        state = cs.state
+        done = (state and state.terminated) or (cs.last_state and cs.last_state.terminated)
+        if state and state.waiting and state.waiting.reason not in (None, "ContainerCreating"):
+            return state.waiting.reason + (f" (last: {done.reason}, exit {done.exit_code})" if done else "")
+        if done:
+            return f"{done.reason or 'Terminated'}, exit {done.exit_code}"
+    return pod.status.reason or ""
 
 
 def _lines(resp) -> Iterator[str]:

@@ -1,6 +1,6 @@
 """The package's shape: one import name, and imports that point one way.
 
-    CLI and tools (mpiplat.cli, .jobcli, .bundle, .installbench, .submitbench)
+    CLI and tools (mpiplat.cli, .jobcli, .bundle, .installbench, .submitbench, .dashboard)
       -> the suite (mpiplat.conformance) and the local cluster (mpiplat.localcluster)
         -> the core library (every other mpiplat.* module: kube access, job builder, versions, ...)
 """
@@ -21,7 +21,7 @@ MIDDLE = ("mpiplat.conformance", "mpiplat.localcluster")
 
 
 def _layer(module: str) -> str:
-    if module in TOP:
+    if module in TOP or module.startswith("mpiplat.dashboard"):
         return "top"
     for name in MIDDLE:
         if module == name or module.startswith(name + "."):

@@ -54,7 +54,13 @@ def test_the_wheel_holds_one_package_with_its_data_and_no_tests(wheel):
     for data in ("mpiplat/versions.yml", "mpiplat/conformance/catalog.yml", "mpiplat/conformance/settings.schema.json",
                  "mpiplat/conformance/settings/local.yml", "mpiplat/conformance/suite/conftest.py",
                  "mpiplat/conformance/suite/pytest.ini", "mpiplat/conformance/workloads/allreduce.py",
-                 "mpiplat/localcluster/stages.yaml", "mpiplat/localcluster/nodepools.yml"):
+                 "mpiplat/localcluster/stages.yaml", "mpiplat/localcluster/nodepools.yml",
+                 # the dashboard's pages and its pinned browser assets, unpacked by the build (setup.py)
+                 "mpiplat/dashboard/templates/base.html", "mpiplat/dashboard/static/dashboard.js",
+                 "mpiplat/dashboard/vendor/patternfly/patternfly.min.css",
+                 "mpiplat/dashboard/vendor/patternfly/assets/pficon/pf-v6-pficon.woff2",
+                 "mpiplat/dashboard/vendor/htmx/dist/htmx.min.js",
+                 "mpiplat/dashboard/vendor/htmx-ext-sse/dist/sse.min.js"):
         assert data in names, f"{data} is not in {wheel.name}"
     assert not [n for n in names if "/tests/" in n or "/selftests/" in n]
     pinned = zipfile.ZipFile(wheel).read("mpiplat/versions.yml").decode()

@@ -1,0 +1,127 @@
+"""The dashboard's parts that need no cluster: pinned assets, the job form (MPIJob's checks and messages, the
+YAML round trip), the list's filters, event framing and settings. Its pages are tested in a real browser
+against the local cluster (test_dashboard_browser.py)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import tarfile
+
+import pytest
+import yaml
+
+from mpiplat.dashboard import app, assets
+from mpiplat.jobs import JobSpecError, MPIJob
+from mpiplat.overview import JobSummary
+
+
+def _tarball(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"package/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_an_asset_is_unpacked_only_with_its_pinned_digest_and_only_its_files(tmp_path, monkeypatch):
+    data = _tarball({"x.min.css": b"body{}", "assets/fonts/a.woff2": b"font", "docs/big.md": b"no"})
+    (tmp_path / "reg" / "@scope" / "pkg" / "-").mkdir(parents=True)
+    (tmp_path / "reg" / "@scope" / "pkg" / "-" / "pkg-1.2.3.tgz").write_bytes(data)
+    monkeypatch.setattr(assets, "REGISTRY", (tmp_path / "reg").as_uri())
+    digest = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+    good = assets.Asset("pkg", "@scope/pkg", "1.2.3", digest, ("x.min.css", "assets/fonts/**"))
+
+    bad = assets.Asset("pkg", "@scope/pkg", "1.2.3", "sha512-" + "A" * 86 + "==", good.files)
+    with pytest.raises(assets.AssetError, match="refusing it"):
+        assets.unpack(bad, tmp_path / "out", log=lambda _: None)
+    assert not (tmp_path / "out" / "pkg").exists()
+
+    where = assets.unpack(good, tmp_path / "out", log=lambda _: None)
+    assert sorted(str(p.relative_to(where)) for p in where.rglob("*") if p.is_file()) == [
+        ".complete", "assets/fonts/a.woff2", "x.min.css"]
+    (tmp_path / "reg" / "@scope" / "pkg" / "-" / "pkg-1.2.3.tgz").unlink()
+    assert assets.unpack(good, tmp_path / "out", log=lambda _: None) == where  # kept: not fetched again
+
+
+def test_the_pinned_assets_name_a_version_a_digest_and_their_files():
+    pinned = {a.name: a for a in assets.pinned()}
+    assert set(pinned) == {"patternfly", "htmx", "htmx-ext-sse"}
+    for a in pinned.values():
+        assert a.integrity.startswith("sha512-") and a.files
+        assert a.tarball.startswith(assets.REGISTRY) and a.tarball.endswith(f"-{a.version}.tgz")
+    assert pinned["htmx"].version.startswith("2.")  # the pages use htmx 2's SSE extension attributes
+    assert pinned["patternfly"].wanted("patternfly.min.css") and pinned["patternfly"].wanted("assets/fonts/x/y.woff2")
+
+
+FORM = {"namespace": "team-a", "name": "pi", "implementation": "MPICH", "image": "", "command": "python3 pi.py --n 8",
+        "workers": "3", "slots": "2", "cpu": "500m", "memory": "1Gi", "gpus": "1", "queue": "team-a", "pvc": ""}
+
+
+def test_the_form_builds_the_job_the_sdk_would():
+    job = app.job_from_form(FORM)
+    want = MPIJob(name="pi", namespace="team-a", implementation="MPICH", command=["python3", "pi.py", "--n", "8"],
+                  workers=3, slots_per_worker=2, cpu="500m", memory="1Gi", gpus_per_worker=1, queue="team-a")
+    assert job.manifest() == want.manifest()
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("name", "Bad_Name"), ("workers", "0"), ("workers", "two"), ("slots", "0"), ("gpus", "-1"),
+    ("implementation", "LAM"), ("namespace", "Team A"), ("command", "")])
+def test_a_bad_field_gets_mpijobs_own_message_next_to_it(field, value):
+    with pytest.raises(JobSpecError) as caught:
+        app.job_from_form({**FORM, field: value})
+    assert app.error_field(str(caught.value)) == field
+    if field == "workers" and value == "0":
+        assert str(caught.value) == "workers is 0; allowed: an integer >= 1"  # MPIJob's words, unchanged
+
+
+def test_form_and_yaml_round_trip():
+    job = app.job_from_form(FORM)
+    text = job.to_yaml()
+    loaded = MPIJob.from_yaml(text)
+    values = app.form_of(loaded, text)
+    for key in ("namespace", "name", "implementation", "workers", "slots", "gpus", "queue"):
+        assert values[key] == FORM[key], key
+    # The form's fields are applied to the YAML's job; the rest of the YAML stays as written.
+    changed = app.job_from_form({**values, "workers": "5"})
+    manifest = changed.manifest()
+    assert manifest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 5
+    original = yaml.safe_load(text)
+    assert manifest["spec"]["mpiReplicaSpecs"]["Launcher"] == original["spec"]["mpiReplicaSpecs"]["Launcher"]
+
+
+def test_the_list_filters_and_sorts():
+    rows = [JobSummary("MPIJob", "a", "train-1", "Running", created="2026-11-20T10:00:00Z", gpus=8),
+            JobSummary("MPIJob", "b", "eval-2", "Failed", created="2026-11-27T10:00:00Z", gpus=0),
+            JobSummary("TrainJob", "a", "train-3", "Queued", created="2026-11-28T10:00:00Z", gpus=16)]
+    names = lambda q: [r.name for r in app.filter_rows(list(rows), q)]  # noqa: E731
+    assert names({}) == ["train-3", "eval-2", "train-1"]  # newest first
+    assert names({"phase": "Failed"}) == ["eval-2"]
+    assert names({"q": "TRAIN"}) == ["train-3", "train-1"]
+    assert names({"since": "2026-11-27"}) == ["train-3", "eval-2"]
+    assert names({"sort": "gpus", "dir": "desc"}) == ["train-3", "train-1", "eval-2"]
+    assert names({"sort": "name", "dir": "asc"}) == ["eval-2", "train-1", "train-3"]
+
+
+def test_an_event_sends_each_line_of_its_html_as_a_data_line():
+    assert app.sse("rows", "<tr>\n<td>1</td>\n</tr>", "7") == "event: rows\nid: 7\ndata: <tr>\ndata: <td>1</td>\n" \
+                                                              "data: </tr>\n\n"
+    assert app.sse("end", "") == "event: end\ndata: \n\n"
+
+
+def test_settings_are_checked_before_serving(tmp_path):
+    with pytest.raises(ValueError, match="auth is 'oauth'; allowed: kubeconfig, proxy"):
+        app.Settings(auth="oauth").check()
+    with pytest.raises(ValueError, match="refresh_s is 10; allowed"):
+        app.Settings(refresh_s=10).check()
+    with pytest.raises(ValueError, match="does not exist; allowed: a report folder"):
+        app.Settings(reports=[str(tmp_path / "nope")]).check()
+
+
+def test_durations_read_as_two_units():
+    assert [app.seconds(s) for s in (None, 0, 45, 200, 3600, 3725, 93600)] == [
+        "-", "0s", "45s", "3m20s", "1h", "1h2m", "1d2h"]

@@ -1,0 +1,294 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright) against the local cluster, with real
+jobs: one created in the form runs on the real node and its logs stream; a failed job shows its diagnosis; a
+guardrail's quota refusal shows in the form; queued jobs show their position; 100 jobs filter; and, behind an
+identity-passing proxy, a team's user sees only the team's namespaces and cannot act on another team's job.
+
+Each page's screenshot goes to $MPIPLAT_SCREENSHOTS (docs/images/dashboard holds those of a run), else to the
+test's temporary folder. Timed figures come from `python -m mpiplat.dashboard.bench`, not from these tests."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import socket
+import tarfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import uvicorn
+from kubernetes import client
+
+from mpiplat import Client, MPIJob, jobs
+from mpiplat.conformance.placement import placement
+from mpiplat.dashboard.app import Settings, create_app
+from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, RESOURCEFLAVOR, Kube
+from mpiplat.localcluster import cluster
+
+pytestmark = pytest.mark.cluster
+playwright = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# Chromium on a machine with no network but the cluster's: nothing of its own fetched in the background.
+CHROMIUM_ARGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+REAL_IMAGE = "mpiplat.local/openmpi:1"
+TICKS = 30  # lines each rank of the logged job prints, one every 0.5 s
+
+
+class Served:
+    """The dashboard on a free local port, in a thread of this process."""
+
+    def __init__(self, settings: Settings):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port, log_level="warning",
+                                timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the dashboard did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def served(kube: Kube):
+    s = Served(Settings(kubeconfig=str(cluster.kubeconfig_path()), refresh_s=1))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"no chromium at {CHROMIUM}: `make setup` installs Debian's chromium (or set CHROMIUM)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    p = context.new_page()
+    p.set_default_timeout(20_000)
+    yield p
+    context.close()
+
+
+def shot(page, name: str, tmp_path: Path) -> None:
+    where = Path(os.environ.get("MPIPLAT_SCREENSHOTS") or tmp_path)
+    where.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(where / f"{name}.png"), full_page=True)
+
+
+def _simulated(**kw) -> dict:
+    return {**placement(real=False, kwok_nodes=True), **kw}
+
+
+def test_a_job_created_in_the_form_runs_on_the_real_node_and_its_log_streams(served, page, namespace, kube, tmp_path):
+    expect = playwright.expect
+    name = f"form-{uuid.uuid4().hex[:6]}"
+    page.goto(f"{served.url}/jobs/new")
+    page.select_option("#f-namespace", namespace)
+    page.fill("#f-name", name)
+    page.fill("#f-image", REAL_IMAGE)
+    page.fill("#f-command", f"python3 -u -c \"import time; [print('tick', i) or time.sleep(0.5) "
+                            f"for i in range({TICKS})]\"")
+    page.fill("#f-workers", "0")
+    page.locator("#f-workers").dispatch_event("change")
+    expect(page.locator("#help-workers")).to_have_text("workers is 0; allowed: an integer >= 1")  # MPIJob's words
+    page.fill("#f-workers", "2")
+    page.locator("#f-workers").dispatch_event("change")
+    expect(page.locator("#help-workers")).not_to_contain_text("allowed:")
+    expect(page.locator("#f-yaml")).to_contain_text(f"name: {name}")  # the YAML beside the form follows it
+    shot(page, "create", tmp_path)
+    page.click("#create")
+    page.wait_for_url(f"{served.url}/jobs/{namespace}/{name}")
+
+    page.click("[data-tab=logs]")
+    logs = page.locator("#logs")
+    expect(logs).to_contain_text("tick 1", timeout=120_000)
+    # Live: the first lines are shown while the ranks are still writing the rest.
+    assert f"tick {TICKS - 1}" not in logs.inner_text()
+    assert Client(namespace, kube=kube).status(name).phase == "Running"
+    expect(logs).to_contain_text(f"tick {TICKS - 1}", timeout=60_000)
+    page.fill("#log-search", "tick 2")
+    shown = [t for t in logs.locator(".log-line:visible").all_inner_texts()]
+    assert shown and all("tick 2" in t for t in shown), shown
+    page.fill("#log-search", "")
+    shot(page, "logs", tmp_path)
+    download = page.request.get(f"{served.url}/jobs/{namespace}/{name}/logs.txt")
+    assert download.ok and f"tick {TICKS - 1}" in download.text()
+
+    page.click("[data-tab=overview]")
+    expect(page.locator("#phase")).to_have_text("Succeeded", timeout=60_000)
+    shot(page, "details", tmp_path)
+    page.click("[data-tab=workers]")
+    expect(page.locator("#workers")).to_contain_text("real-0")
+    page.click("[data-tab=events]")
+    expect(page.locator("#events")).to_contain_text("Created")
+
+
+def test_a_failed_job_shows_its_diagnosis(served, page, namespace, kube, tmp_path):
+    failing = MPIJob(name="fails", workers=2, launcher_creation_policy="AtStartup",
+                     worker_labels={jobs.FAIL_LABEL: "true"},
+                     worker_annotations={jobs.FAIL_REASON: "OOMKilled", jobs.FAIL_EXIT_CODE: "137",
+                                         jobs.FAIL_DELAY: "1s"},
+                     launcher_labels={jobs.FAIL_LABEL: "true"},
+                     launcher_annotations={jobs.FAIL_REASON: "Error", jobs.FAIL_EXIT_CODE: "1", jobs.FAIL_DELAY: "3s"},
+                     **_simulated())
+    Client(namespace, kube=kube).create(failing)
+    page.goto(f"{served.url}/jobs/{namespace}/fails")
+    playwright.expect(page.locator("#phase")).to_have_text("Failed", timeout=60_000)
+    playwright.expect(page.locator("#diagnosis")).to_contain_text("OOMKilled", timeout=30_000)
+    shot(page, "failed", tmp_path)
+    page.click("[data-tab=workers]")
+    playwright.expect(page.locator("#workers")).to_contain_text("OOMKilled, exit 137")
+
+
+def test_a_guardrails_quota_refusal_shows_in_the_form(served, page, kube):
+    # team-a's ResourceQuota holds fewer GPUs than 4 x 8: the guardrail refuses the job; nothing is created.
+    name = f"big-{uuid.uuid4().hex[:6]}"
+    page.goto(f"{served.url}/jobs/new")
+    page.select_option("#f-namespace", "team-a")
+    page.fill("#f-name", name)
+    page.fill("#f-workers", "4")
+    page.fill("#f-gpus", "8")
+    page.fill("#f-queue", "team-a")
+    page.click("#create")
+    error = page.locator("#form-error")
+    playwright.expect(error).to_contain_text("refuses MPIJob team-a/" + name)
+    playwright.expect(error).to_contain_text(re.compile(r"Requested 32 GPUs .*; namespace quota \d+"))
+    assert not [j for j in Client("team-a", kube=kube).list() if j.name == name]
+
+
+def test_queued_jobs_show_their_position(served, page, namespace, kube, tmp_path):
+    flavor, cq = f"{namespace}-f", f"{namespace}-cq"
+    kube.create(RESOURCEFLAVOR, {"apiVersion": RESOURCEFLAVOR.api_version, "kind": "ResourceFlavor",
+                                 "metadata": {"name": flavor}})
+    kube.create(CLUSTERQUEUE, {
+        "apiVersion": CLUSTERQUEUE.api_version, "kind": "ClusterQueue", "metadata": {"name": cq},
+        "spec": {"namespaceSelector": {}, "queueingStrategy": "StrictFIFO", "resourceGroups": [{
+            "coveredResources": ["cpu", "memory", jobs.GPU_RESOURCE],
+            "flavors": [{"name": flavor, "resources": [
+                {"name": "cpu", "nominalQuota": "10"}, {"name": "memory", "nominalQuota": "10Gi"},
+                {"name": jobs.GPU_RESOURCE, "nominalQuota": "4"}]}]}]}})
+    kube.create(LOCALQUEUE, {"apiVersion": LOCALQUEUE.api_version, "kind": "LocalQueue",
+                             "metadata": {"name": "team", "namespace": namespace}, "spec": {"clusterQueue": cq}})
+    sdk = Client(namespace, kube=kube)
+    try:
+        for i in range(3):  # 4 GPUs each: the first is admitted, the others wait in order
+            sdk.create(MPIJob(name=f"q{i}", workers=2, gpus_per_worker=2, queue="team",
+                              launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated()))
+            time.sleep(1.1)  # distinct creation times: Kueue's order
+        page.goto(f"{served.url}/jobs?namespace={namespace}")
+        row = page.locator(f"tr[data-job='{namespace}/q2'] td.position")
+        playwright.expect(row).to_have_text("1", timeout=60_000)
+        playwright.expect(page.locator(f"tr[data-job='{namespace}/q1'] td.position")).to_have_text("0")
+        playwright.expect(page.locator(f"tr[data-job='{namespace}/q0']")).to_have_attribute("data-phase", "Running")
+        shot(page, "list", tmp_path)
+        page.goto(f"{served.url}/queues")
+        pending = page.locator(f"tr[data-queue='{cq}'] ol.pending li")
+        playwright.expect(pending).to_have_count(2, timeout=30_000)
+        assert [pending.nth(i).get_attribute("data-job") for i in range(2)] == [f"{namespace}/q1", f"{namespace}/q2"]
+        shot(page, "queues", tmp_path)
+    finally:
+        for i in range(3):
+            sdk.delete(f"q{i}", wait=True)
+        kube.delete(LOCALQUEUE, "team", namespace)
+        kube.delete(CLUSTERQUEUE, cq)
+        kube.delete(RESOURCEFLAVOR, flavor)
+
+
+def test_a_hundred_jobs_list_and_filter(served, page, namespace, kube):
+    sdk = Client(namespace, kube=kube)
+    with ThreadPoolExecutor(16) as pool:  # suspended, no queue: no pods, no quota
+        list(pool.map(lambda i: sdk.create(MPIJob(name=f"many-{i:03d}", suspend=True, **_simulated()),
+                                           check_gpus=False, check_pods=False), range(100)))
+    page.goto(f"{served.url}/jobs?namespace={namespace}")
+    rows = page.locator("#rows tr[data-job]")
+    playwright.expect(rows).to_have_count(100)
+    page.fill("input[name=q]", "many-04")
+    page.click("#filters button[type=submit]")
+    playwright.expect(rows).to_have_count(10)
+    assert {r.get_attribute("data-phase") for r in rows.all()} == {"Suspended"}
+    page.select_option("select[name=phase]", "Running")
+    page.click("#filters button[type=submit]")
+    playwright.expect(rows).to_have_count(0)
+
+
+def test_behind_the_proxy_a_user_sees_only_their_teams_jobs_and_cannot_act_on_others(browser, kube, tmp_path):
+    proxied = Served(Settings(kubeconfig=str(cluster.kubeconfig_path()), auth="proxy", refresh_s=1))
+    name = f"authz-{uuid.uuid4().hex[:6]}"
+    admin = {ns: Client(ns, kube=kube) for ns in ("team-a", "team-b")}
+    try:
+        for c in admin.values():  # suspended, no queue: no pods, and the teams' quotas stay untouched
+            c.create(MPIJob(name=name, suspend=True, **_simulated()), check_gpus=False, check_pods=False)
+        context = browser.new_context(extra_http_headers={"X-Forwarded-User": "alice@example.com",
+                                                          "X-Forwarded-Groups": "team-a-scientists"})
+        page = context.new_page()
+        page.goto(f"{proxied.url}/jobs")
+        playwright.expect(page.locator("#whoami")).to_contain_text("alice@example.com")
+        playwright.expect(page.locator(f"tr[data-job='team-a/{name}']")).to_have_count(1)
+        assert page.locator(f"tr[data-job='team-b/{name}']").count() == 0
+        offered = page.locator("select[name=namespace] option").all_inner_texts()
+        assert "team-a" in offered and "team-b" not in offered, offered
+        shot(page, "proxied", tmp_path)
+        refused = page.request.post(f"{proxied.url}/jobs/team-b/{name}/delete")
+        said = html.unescape(refused.text())
+        assert refused.status == 403 and "alice@example.com lacks 'delete' on mpijobs in namespace team-b" in said, said
+        assert admin["team-b"].get(name).name == name  # still there
+        assert page.request.get(f"{proxied.url}/jobs/team-b/{name}").status == 403
+        bare = browser.new_context().new_page()  # no identity: refused
+        assert bare.request.get(f"{proxied.url}/jobs").status == 401
+        context.close()
+    finally:
+        proxied.stop()
+        for c in admin.values():
+            c.delete(name)
+
+
+def test_an_impersonating_client_sends_each_group_in_a_header_of_its_own(kube: Kube):
+    as_bob = kube.impersonating("bob@example.com", ["team-b-scientists", "a,b"])
+    review = client.AuthenticationV1Api(as_bob.api_client).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    assert review.status.user_info.username == "bob@example.com"
+    assert {"team-b-scientists", "a,b"} <= set(review.status.user_info.groups)  # "a,b" is one group
+
+
+def test_a_report_opens_from_its_handover_tarball(browser, tmp_path):
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "results.json").write_text(json.dumps({
+        "meta": {"cluster": {"server": "https://cluster.example.com:6443"}}, "summary": {"passed": 1, "failed": 1},
+        "requirements": {"JOB-01": {"status": "passed", "evidence": "real", "message": "ran on real pods"},
+                         "SCH-01": {"status": "failed", "evidence": "simulated", "message": "gang not admitted"}}}))
+    (report / "report.html").write_text("<h1>the hand-over report</h1>")
+    with tarfile.open(tmp_path / "handover.tar.gz", "w:gz") as tar:
+        tar.add(report, arcname="mpiplat-conformance-x")
+    s = Served(Settings(kubeconfig=str(cluster.kubeconfig_path()), reports=[str(tmp_path / "handover.tar.gz")]))
+    try:
+        page = browser.new_page()
+        page.goto(f"{s.url}/reports")
+        playwright.expect(page.locator("tr[data-req='SCH-01']")).to_contain_text("failed")
+        playwright.expect(page.locator("tr[data-req='JOB-01']")).to_contain_text("real")
+        assert "the hand-over report" in page.request.get(f"{s.url}/reports/0/files/report.html").text()
+        assert page.request.get(f"{s.url}/reports/0/files/..%2F..%2Fhandover.tar.gz").status == 404
+        page.close()
+    finally:
+        s.stop()
