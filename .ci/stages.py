@@ -202,10 +202,12 @@ class CommandCpu(threading.Thread):
         return [(name, ticks / hz) for name, ticks in sorted(self.used.items(), key=lambda kv: -kv[1])[:count]]
 
 
-# pytest's summary of a failed test (FAILED/ERROR node - message), its assertion lines (E ...), and the suite's
-# failed rows: repeated after the CPU figures, so that the tail of a failed CI log names what failed.
-FAILURE_LINE = re.compile(r"^(FAILED|ERROR) |^E   |^\s+[A-Z]+-\d+\s+FAILED ")
-FAILURE_LINES = 25
+# pytest's summary of a failed test (FAILED/ERROR node - message) and the suite's failed rows, after the first
+# E_LINES lines of each assertion's explanation (E ...): repeated after the CPU figures, so that the tail of a
+# failed CI log names what failed and why.
+SUMMARY_LINE = re.compile(r"^(FAILED|ERROR) |^\s+[A-Z]+-\d+\s+FAILED ")
+E_LINES = 4
+FAILURE_LINES = 20
 
 
 def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[str, float]) -> None:
@@ -222,11 +224,19 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[s
             _running.add(proc)
             if lane.nice:
                 _autogroup_nice(proc.pid, lane.nice)
-            why: list[str] = []  # what a failing step said of its failure, repeated at the end of the log
+            # What a failing step said of its failure, repeated at the end of the log: the first lines of each
+            # assertion's E block, and every summary line.
+            detail: list[str] = []
+            summary: list[str] = []
+            e_run = 0
             for line in proc.stdout:
                 say(lane.name, line.rstrip("\n"))
-                if FAILURE_LINE.match(line):
-                    why = [*why[-(FAILURE_LINES - 1):], line.rstrip("\n")[:400]]
+                e_run = e_run + 1 if line.startswith("E   ") else 0
+                if 0 < e_run <= E_LINES and len(detail) < FAILURE_LINES:
+                    detail.append(line.rstrip("\n")[:300])
+                elif SUMMARY_LINE.match(line) and len(summary) < FAILURE_LINES:
+                    summary.append(line.rstrip("\n")[:300])
+            why = detail + summary
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = code = os.waitstatus_to_exitcode(status)
             _running.discard(proc)

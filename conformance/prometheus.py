@@ -62,6 +62,11 @@ class Prometheus:
         """An instant query's result: [{metric: {labels}, value: [time, "value"]}] for a vector."""
         return self._get("/api/v1/query", query=promql)["result"]
 
+    def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
+        """A range query's matrix: [{metric: {labels}, values: [[time, "value"], ...]}]."""
+        return self._get("/api/v1/query_range", query=promql, start=f"{start:.3f}", end=f"{end:.3f}",
+                         step=f"{max(step, 1):.0f}s")["result"]
+
     def clock_offset(self) -> float:
         """Its clock less ours, in seconds (the middle of the call on ours), to compare its timestamps."""
         before = time.time()

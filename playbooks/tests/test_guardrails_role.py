@@ -88,7 +88,8 @@ def ns(kube: Kube):
 
 @pytest.fixture(scope="module")
 def role(kube: Kube, ns: str, ansible_env: dict[str, str], request: pytest.FixtureRequest):
-    """The role applied twice with its defaults (bound to this run's namespaces); state absent at teardown."""
+    """The role applied twice with its defaults (bound to this run's namespaces); state absent at teardown, then
+    the guardrails put back as the site installed them (every namespace), for the tests that follow on this cluster."""
     try:
         first = _play(ansible_env)
         second = _play(ansible_env)
@@ -97,6 +98,8 @@ def role(kube: Kube, ns: str, ansible_env: dict[str, str], request: pytest.Fixtu
         gone = _play(ansible_env, guardrails_state="absent")
         assert gone.returncode == 0, (gone.stdout + gone.stderr)[-3000:]
         assert _policies(kube) == set() and _bindings(kube) == set()
+        back = _play(ansible_env, guardrails_namespace_selector=_LOCAL.get("guardrails_namespace_selector", {}))
+        assert back.returncode == 0, (back.stdout + back.stderr)[-3000:]
         if LATENCIES:  # the figures, shown even when output is captured
             with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
                 print("\nguardrails rejection latency: " + ", ".join(

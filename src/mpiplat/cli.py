@@ -162,15 +162,17 @@ def _diagnose(args) -> int:
 def _dashboard(args) -> int:
     from mpiplat.dashboard.app import Settings, serve
 
-    kubeconfig = args.kubeconfig
+    kubeconfig, prometheus = args.kubeconfig, args.prometheus
     if args.local:
-        from mpiplat.localcluster import cluster
+        from mpiplat.localcluster import cluster, processes
 
         if not cluster.status()["healthy"]:
             cluster.up()
         kubeconfig = str(cluster.kubeconfig_path())
+        prometheus = prometheus or processes.prometheus_url()
     settings = Settings(kubeconfig=kubeconfig, context=args.context, auth=args.auth, user_header=args.user_header,
-                        groups_header=args.groups_header, namespaces=args.namespaces, reports=args.report)
+                        groups_header=args.groups_header, namespaces=args.namespaces, reports=args.report,
+                        prometheus=prometheus, prometheus_token_file=args.prometheus_token_file)
     try:
         settings.check()
     except ValueError as err:
@@ -285,6 +287,9 @@ def parser() -> argparse.ArgumentParser:
                     help="offer this namespace (repeatable; default: those the user may list MPIJobs in)")
     db.add_argument("--report", action="append", default=[], metavar="DIR_OR_TARBALL",
                     help="a conformance report folder or handover tarball to browse (repeatable)")
+    db.add_argument("--prometheus", metavar="URL",
+                    help="the cluster's Prometheus, for the Metrics tab (with --local: the local cluster's)")
+    db.add_argument("--prometheus-token-file", metavar="FILE", help="a bearer token for --prometheus")
     db.set_defaults(func=_dashboard)
 
     dm = sub.add_parser("demo", help="run an MPIJob and narrate it (on the local cluster: --local)")

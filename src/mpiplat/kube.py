@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from urllib3 import HTTPHeaderDict
+from urllib3._collections import HTTPHeaderDict  # urllib3 1.26 and 2.x
 from urllib3.exceptions import HTTPError
 
 from mpiplat.errors import MpiplatError

@@ -39,7 +39,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from mpiplat import __version__
-from mpiplat.dashboard import assets
+from mpiplat.conformance.prometheus import Prometheus
+from mpiplat.dashboard import assets, metrics
 from mpiplat.jobs import DEFAULT_IMAGES, IMPLEMENTATIONS, JobSpecError, MPIJob
 from mpiplat.kube import Kube
 from mpiplat.overview import KINDS, JobSummary
@@ -62,6 +63,8 @@ class Settings:
     groups_header: str = "X-Forwarded-Groups"  # comma-separated
     namespaces: list[str] | None = None  # the namespaces to offer (default: those the identity may list)
     reports: list[str] = field(default_factory=list)  # report folders or handover tarballs to browse
+    prometheus: str | None = None  # the cluster's Prometheus (the Metrics tab), its base URL
+    prometheus_token_file: str | None = None  # a bearer token for it (e.g. OpenShift's thanos-querier)
     refresh_s: float = REFRESH_S
 
     def check(self) -> None:
@@ -69,6 +72,11 @@ class Settings:
             raise ValueError(f"auth is {self.auth!r}; allowed: {', '.join(AUTH_MODES)}")
         if self.refresh_s <= 0 or self.refresh_s > 5:
             raise ValueError(f"refresh_s is {self.refresh_s}; allowed: a number of seconds > 0 and <= 5")
+        if self.prometheus and not self.prometheus.startswith(("http://", "https://")):
+            raise ValueError(f"prometheus is {self.prometheus!r}; allowed: an http:// or https:// URL")
+        if self.prometheus_token_file and not Path(self.prometheus_token_file).is_file():
+            raise ValueError(f"prometheus_token_file {self.prometheus_token_file!r} does not exist; allowed: a "
+                             "file holding a bearer token")
         for path in self.reports:
             if not Path(path).exists():
                 raise ValueError(f"report {path!r} does not exist; allowed: a report folder (results.json in it) "
@@ -217,6 +225,8 @@ class Dashboard:
         self.templates.env.globals.update(PHASE_COLOURS=PHASE_COLOURS, version=__version__, help=HELP)
         self.reports_dir = Path(tempfile.mkdtemp(prefix="mpiplat-dashboard-reports-"))
         self.reports = [open_report(r, self.reports_dir / str(i)) for i, r in enumerate(settings.reports)]
+        self.prometheus = Prometheus.from_settings({"url": settings.prometheus,
+                                                    "token_file": settings.prometheus_token_file})
 
     # ---- who asks
     def user(self, request: Request) -> User:
@@ -373,6 +383,19 @@ class Dashboard:
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    async def job_metrics(self, request: Request) -> Response:
+        """The Metrics tab: the job's pods' CPU, memory and GPU use over its life, from Prometheus. The job is read
+        as the user first: who may not read it sees none of its metrics."""
+        user = self.user(request)
+        ns, name = request.path_params["namespace"], request.path_params["name"]
+        try:
+            status = await user.client.status(name, ns)
+        except JobError as err:
+            return self.templates.TemplateResponse(request, "alert.html", {"message": str(err)}, status_code=403)
+        fragment = await asyncio.to_thread(metrics.fragment, self.prometheus, ns, name, status.start_time,
+                                           status.completion_time)
+        return HTMLResponse(fragment)
+
     async def logs_download(self, request: Request) -> Response:
         user = self.user(request)
         ns, name = request.path_params["namespace"], request.path_params["name"]
@@ -509,6 +532,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/jobs/{namespace}/{name}/stream", d.job_stream),
         Route("/jobs/{namespace}/{name}/logs/stream", d.logs_stream),
         Route("/jobs/{namespace}/{name}/logs.txt", d.logs_download),
+        Route("/jobs/{namespace}/{name}/metrics", d.job_metrics),
         Route("/jobs/{namespace}/{name}/{action:str}", d.act, methods=["POST"]),
         Route("/queues", d.queues),
         Route("/reports", d.reports_page),

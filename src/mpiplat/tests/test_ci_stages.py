@@ -88,3 +88,12 @@ def test_cpu_by_command_counts_a_process_by_its_script_from_its_start(tmp_path):
     subprocess.run([sys.executable, str(burn)], check=True)
     used = dict(sampler.top())
     assert 0.3 <= used["python burn.py"] <= 0.7, used
+
+
+def test_a_failed_step_names_its_failures_again_for_the_end_of_the_log(capsys):
+    stages = _stages()
+    said = "".join(f"E   line {i}\\n" for i in range(1, 7)) + "other\\nFAILED t.py::test_x - boom\\n"
+    failed: list[str] = []
+    stages.run_lane(stages.Lane("t", [f"printf '{said}'; exit 1"]), {}, failed, {})
+    assert failed[0].splitlines()[1:] == ["  E   line 1", "  E   line 2", "  E   line 3", "  E   line 4",
+                                         "  FAILED t.py::test_x - boom"]

@@ -7,12 +7,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import re
 import tarfile
 
 import pytest
 import yaml
 
-from mpiplat.dashboard import app, assets
+from mpiplat.dashboard import app, assets, metrics
 from mpiplat.jobs import JobSpecError, MPIJob
 from mpiplat.overview import JobSummary
 
@@ -125,3 +126,19 @@ def test_settings_are_checked_before_serving(tmp_path):
 def test_durations_read_as_two_units():
     assert [app.seconds(s) for s in (None, 0, 45, 200, 3600, 3725, 93600)] == [
         "-", "0s", "45s", "3m20s", "1h", "1h2m", "1d2h"]
+
+
+def test_a_chart_draws_a_line_per_pod_scaled_to_the_top_value():
+    panel = metrics.PANELS[1]
+    drawn = metrics.svg(panel, {"pi-worker-0": [(100.0, 10.0), (110.0, 20.0)], "pi-worker-1": [(100.0, 5.0)]})
+    lines = re.findall(r'<polyline data-pod="([^"]+)"[^>]* points="([^"]+)"', drawn)
+    assert [pod for pod, _ in lines] == ["pi-worker-0", "pi-worker-1"]
+    ys = [float(xy.split(",")[1]) for xy in lines[0][1].split()]
+    assert ys[1] == 20.0 and ys[0] > ys[1]  # the top value at the top (y 20), the half of it lower
+    assert ">20<" in drawn and "10 s" in drawn
+
+
+def test_the_metrics_tab_says_what_to_do_without_a_prometheus():
+    assert "--prometheus URL" in metrics.fragment(None, "ns", "pi", None, None)
+    with pytest.raises(ValueError, match="prometheus is 'localhost:9090'; allowed: an http:// or https:// URL"):
+        app.Settings(prometheus="localhost:9090").check()

@@ -29,6 +29,7 @@ from mpiplat.conformance.placement import placement
 from mpiplat.dashboard.app import Settings, create_app
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, RESOURCEFLAVOR, Kube
 from mpiplat.localcluster import cluster
+from mpiplat.localcluster.processes import prometheus_url
 
 pytestmark = pytest.mark.cluster
 playwright = pytest.importorskip("playwright.sync_api")
@@ -66,7 +67,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(kube: Kube):
-    s = Served(Settings(kubeconfig=str(cluster.kubeconfig_path()), refresh_s=1))
+    s = Served(Settings(kubeconfig=str(cluster.kubeconfig_path()), refresh_s=1, prometheus=prometheus_url()))
     yield s
     s.stop()
 
@@ -140,6 +141,12 @@ def test_a_job_created_in_the_form_runs_on_the_real_node_and_its_log_streams(ser
     shot(page, "details", tmp_path)
     page.click("[data-tab=workers]")
     expect(page.locator("#workers")).to_contain_text("real-0")
+    page.click("[data-tab=metrics]")  # cAdvisor's samples of the real pods, scraped every 5 s
+    memory = page.locator("#metrics svg[data-panel='Memory (MiB)'] polyline")
+    expect(memory.first).to_be_attached(timeout=30_000)
+    assert {memory.nth(i).get_attribute("data-pod") for i in range(memory.count())} >= {
+        f"{name}-worker-0", f"{name}-worker-1"}
+    shot(page, "metrics", tmp_path)
     page.click("[data-tab=events]")
     expect(page.locator("#events")).to_contain_text("Created")
 
@@ -172,9 +179,14 @@ def test_a_guardrails_quota_refusal_shows_in_the_form(served, page, kube):
     page.fill("#f-queue", "team-a")
     page.click("#create")
     error = page.locator("#form-error")
-    playwright.expect(error).to_contain_text("refuses MPIJob team-a/" + name)
-    playwright.expect(error).to_contain_text(re.compile(r"Requested 32 GPUs .*; namespace quota \d+"))
-    assert not [j for j in Client("team-a", kube=kube).list() if j.name == name]
+    try:
+        playwright.expect(error).to_contain_text("refuses MPIJob team-a/" + name)
+        playwright.expect(error).to_contain_text(re.compile(r"Requested 32 GPUs .*; namespace quota \d+"))
+    finally:
+        created = [j for j in Client("team-a", kube=kube).list() if j.name == name]
+        for job in created:  # a team's queue must not keep a job a failed run left
+            Client("team-a", kube=kube).delete(job.name)
+    assert not created
 
 
 def test_queued_jobs_show_their_position(served, page, namespace, kube, tmp_path):
