@@ -107,21 +107,14 @@ class Recipe:
     cmd: tuple[str, ...] = ()
     workdir: str = ""
     user: str = ""
-    # The mpiplat package of this checkout, as a wheel built here, installed without its dependencies (the
-    # recipe's PyPI pins are the ones it needs there); the key hashes the package's files.
-    checkout: bool = False
-    on_demand: bool = False  # built only when named (--only, or a test that deploys it), not by `up`
 
     def material(self) -> dict:
-        """What the cache key hashes for the recipe itself (the static source's text, or the checkout's package
-        files, included)."""
+        """What the cache key hashes for the recipe itself (the static source's text included)."""
         data = asdict(self)
         if self.kind == "binary":
             data["component"] = _component_of(self.source)
         elif self.source:
             data["source_text"] = source_path(self).read_text()
-        if self.checkout:
-            data["checkout_files"] = _checkout_hash()
         return data
 
 
@@ -129,24 +122,6 @@ def _component_of(binary: str) -> str:
     """The pinned component (name@version) that provides a built binary."""
     comp = next(c for c in load_versions().values() if binary in c.binaries)
     return f"{comp.name}@{comp.version}"
-
-
-CHECKOUT = Path(__file__).resolve().parents[1]  # the repository, where the package is installed editable
-CHECKOUT_PARTS = ("pyproject.toml", "setup.py", "src/mpiplat", "conformance", "localcluster")
-
-
-def _checkout_hash() -> str:
-    """A hash of what the checkout's wheel is built from (not of the wheel: its timestamps vary)."""
-    if not (CHECKOUT / "pyproject.toml").is_file():
-        raise ImageError(f"an image of the mpiplat package is built from its checkout; {CHECKOUT} is none")
-    digest = hashlib.sha256()
-    for part in CHECKOUT_PARTS:
-        top = CHECKOUT / part
-        for path in sorted([top] if top.is_file() else top.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and "tests" not in path.parts and \
-                    "selftests" not in path.parts and "vendor" not in path.parts:
-                digest.update(str(path.relative_to(CHECKOUT)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 def source_path(recipe: Recipe) -> Path:
@@ -339,18 +314,6 @@ def _mpi_recipe(name: str, library: str, mpirun: tuple[str, ...], packages: tupl
 
 
 MPI4PY = "4.1.2"  # the same pin as conformance/workloads/mpienv.py
-# The dashboard's run-time dependencies (starlette, uvicorn, python-multipart, kubernetes, jinja2, pyyaml, as
-# pyproject.toml allows them) with everything they need, resolved for the image's Python.
-DASHBOARD_PYPI = {
-    "aiohappyeyeballs": "2.7.1", "aiohttp": "3.14.5", "aiohttp-retry": "2.9.1", "aiosignal": "1.4.0",
-    "annotated-types": "0.8.0", "anyio": "4.16.0", "attrs": "26.1.0", "certifi": "2026.10.19.post1",
-    "charset-normalizer": "3.5.3", "click": "8.5.1", "durationpy": "0.11", "frozenlist": "1.8.0", "h11": "0.16.0",
-    "idna": "3.20", "jinja2": "3.1.6", "kubernetes": "37.0.2", "markupsafe": "3.0.4", "multidict": "7.2.1",
-    "oauthlib": "4.0.1", "propcache": "0.5.4", "pydantic": "2.14.4", "pydantic-core": "2.50.5",
-    "python-dateutil": "4.0.0", "python-multipart": "0.0.34", "pyyaml": "6.0.3", "requests": "2.34.2",
-    "requests-oauthlib": "2.0.0", "starlette": "1.10.0", "typing-extensions": "4.16.0", "typing-inspection": "0.4.5",
-    "tzdata": "2026.6", "urllib3": "2.8.0", "uvicorn": "0.54.0", "websocket-client": "1.9.2", "yarl": "1.25.1",
-}
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe(name="pause", image="mpiplat.local/pause:1", kind="static", source="images/pause.c",
            entrypoint=("/pause",), user="65535:65535"),
@@ -387,20 +350,6 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         pypi={"impi-rt": "2021.18.1", "mpi4py": MPI4PY},
         env={"FI_PROVIDER_PATH": "/usr/local/lib"},
     ),
-    # The dashboard role's images (on demand: only its test deploys them). The dashboard: Debian's python3,
-    # the dashboard's PyPI dependencies (pyproject.toml's, resolved for Python 3.11) and this checkout's mpiplat.
-    Recipe(name="dashboard", image="mpiplat.local/dashboard:1", kind="debian", packages=("python3",),
-           build_packages=("python3-pip",), pypi=DASHBOARD_PYPI, checkout=True, on_demand=True,
-           checks=('chroot "$1" mpiplat dashboard --help',
-                   'chroot "$1" python3 -c "from mpiplat.dashboard import app, assets; '
-                   'assert assets.location() == assets.PACKAGED"'),
-           env={"PATH": PATH, "HOME": "/tmp"}, entrypoint=("mpiplat", "dashboard"), user="1001:0"),
-    # Its identity-passing proxy for clusters without one: Debian's nginx (basic auth, then X-Forwarded-User and
-    # -Groups to the dashboard); the role's ConfigMap holds its configuration.
-    Recipe(name="dashboard-proxy", image="mpiplat.local/dashboard-proxy:1", kind="debian", packages=("nginx",),
-           on_demand=True, checks=('chroot "$1" nginx -v',), env={"PATH": PATH},
-           entrypoint=("nginx", "-e", "stderr", "-g", "daemon off;", "-c", "/etc/mpiplat-proxy/nginx.conf"),
-           user="1001:0"),
 )}
 PAUSE_IMAGE = RECIPES["pause"].image
 COREDNS_IMAGE = RECIPES["coredns"].image
@@ -425,7 +374,7 @@ def recipe(name: str) -> Recipe:
 
 def _select(names: Iterable[str] | None) -> list[Recipe]:
     if not names:
-        return [r for r in RECIPES.values() if not r.on_demand]
+        return list(RECIPES.values())
     wanted = {recipe(n).name for n in names}
     return [r for r in RECIPES.values() if r.name in wanted]
 
@@ -791,9 +740,6 @@ def _download_wheels(r: Recipe, dest: Path, log: BinaryIO) -> None:
            *[a for t in (*glibc_tags, *old_tags) for a in ("--platform", t)],
            "--dest", str(dest), *[f"{k}=={v}" for k, v in r.pypi.items()]]
     _run(cmd, log)
-    if r.checkout:
-        _run([str(Path(sys.executable).with_name("uv")), "build", "--wheel", "--quiet", "--out-dir", str(dest),
-              str(CHECKOUT)], log)
 
 
 def _pip_hooks(r: Recipe, wheels: Path) -> list[str]:
@@ -805,9 +751,6 @@ def _pip_hooks(r: Recipe, wheels: Path) -> list[str]:
         _in_root("python3", "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-cache-dir",
                  "--break-system-packages", "--root-user-action=ignore", "--no-index", "--find-links", inside,
                  *[f"{k}=={v}" for k, v in r.pypi.items()]),
-        *([f'chroot "$1" sh -c \'python3 -m pip install --disable-pip-version-check --no-input --no-cache-dir '
-           f'--break-system-packages --root-user-action=ignore --no-index --no-deps {inside}/mpiplat-*.whl\'']
-          if r.checkout else []),
         f'rm -rf "$1{inside}"',
     ]
     return hooks
@@ -848,7 +791,6 @@ def _stage_files(r: Recipe, root: Path) -> None:
 
 def _build_debian(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:
     files_dir, wheels, rootfs = work / "files", work / "wheels", work / "rootfs.tar"
-    files_dir.mkdir()
     _stage_files(r, files_dir)
     os.chmod(files_dir, 0o755)
     for d in files_dir.rglob("*"):
