@@ -343,6 +343,48 @@ def _start_probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str
     return result
 
 
+SETTLE_WITHIN_S = 30
+_LISTENER = "import socket\ns=socket.socket();s.bind(('',2222));s.listen(8)\nwhile 1:s.accept()[0].close()"
+
+
+def _wait_until_enforced(kube, run, ns: str, image: str, placed: Placement) -> None:
+    """A team's policies are in force long before its jobs start; these copies were made a moment ago, and a
+    network plugin programs new policies at its next sync (kube-router: seconds, more under load). A job whose
+    pods start while their rules change can have mpirun's first connections dropped. So wait until the
+    policies hold: a listener pod in `ns` refuses a pod of another namespace (SETTLE_WITHIN_S at most)."""
+    kube.core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "settle-target", "labels": {"mpiplat.io/probe": "target"}},
+        "spec": {"automountServiceAccountToken": False, **pod_spec(placed),
+                 "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "listen", "image": image, "command": ["python3", "-c", _LISTENER],
+                                 "readinessProbe": {"tcpSocket": {"port": PROBE_PORT}, "periodSeconds": 1},
+                                 "securityContext": {"allowPrivilegeEscalation": False,
+                                                     "capabilities": {"drop": ["ALL"]}},
+                                 "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}})
+    target = wait_pods(kube, ns, "mpiplat.io/probe=target", all_running(1), timeout=120)[0]
+    script = (f"for i in $(seq {SETTLE_WITHIN_S * 2}); do timeout 1 bash -c '</dev/tcp/{target.status.pod_ip}/"
+              f"{PROBE_PORT}' 2>/dev/null || {{ echo CLOSED; exit 0; }}; sleep 0.5; done; echo OPEN")
+    outsider = run.namespace()
+    kube.core.create_namespaced_pod(outsider, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "settle-probe", "labels": {"mpiplat.io/probe": "settle"}},
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False, **pod_spec(placed),
+                 "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "probe", "image": image, "command": ["bash", "-c", script],
+                                 "securityContext": {"allowPrivilegeEscalation": False,
+                                                     "capabilities": {"drop": ["ALL"]}},
+                                 "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}})
+    wait_pods(kube, outsider, "mpiplat.io/probe=settle",
+              lambda pods: bool(pods) and pods[0].status.phase in ("Succeeded", "Failed"), timeout=180)
+    said = kube.core.read_namespaced_pod_log("settle-probe", outsider).strip()
+    kube.core.delete_namespaced_pod("settle-target", ns)
+    if said != "CLOSED":
+        pytest.fail(f"namespace {ns}'s copies of the team's NetworkPolicies are not enforced {SETTLE_WITHIN_S}s "
+                    f"after their creation: a pod of namespace {outsider} still reaches a pod there ({said}); "
+                    "does the cluster's CNI support NetworkPolicies?")
+
+
 @pytest.mark.requirement("ISO-03", needs=["pod_network"])
 def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, place, mpijob_spec):
     """Real traffic under the team's policies: the job's own MPI traffic flows (mpirun starts its daemons
@@ -352,6 +394,7 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
     plugin ignores NetworkPolicies, or whose policies block the job's own traffic."""
     ns = _namespace_with_team_policies(kube, run, settings)
     image = settings.images["OpenMPI"]
+    _wait_until_enforced(kube, run, ns, image, place(real=True))
     spec = mpijob_spec("np", ns, real=True, workers=2, image=image,
                        command=["sh", "-c", "echo rank on $(hostname); exec sleep 600"])
     submit_job(kube, spec)
