@@ -165,23 +165,18 @@ def summaries(kube: Kube, namespace: str | None, kinds: tuple[str, ...] = KINDS,
                                started=(condition(obj, "Created") or {}).get("lastTransitionTime"),
                                finished=(done or {}).get("lastTransitionTime") if done and done.get(
                                    "status") == "True" else None, message=latest.get("message", "")))
-    uids = {(r.kind, r.namespace, r.name): None for r in rows}
-    for obj in found.get("MPIJob", []) + found.get("TrainJob", []):
-        uids[(obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj["metadata"]["uid"]
+    # Each row with its job's Workload (the rows were made in the order of these objects).
+    queued = [(row, wl) for row, obj in zip(rows, found.get("MPIJob", []) + found.get("TrainJob", []), strict=True)
+              if (wl := by_owner.get(obj["metadata"]["uid"])) is not None]
     pending_queues = set()
-    for row in rows:
-        wl = by_owner.get(uids[(row.kind, row.namespace, row.name)])
-        if wl is None:
-            continue
+    for row, wl in queued:
         row.queue = wl["spec"].get("queueName") or row.queue
         row.cluster_queue = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
         if not has_condition(wl, "QuotaReserved") and not row.finished:
             pending_queues.add((row.namespace, row.queue))
     positions = _positions(kube, pending_queues, found["workloads"])
-    for row in rows:
-        wl = by_owner.get(uids[(row.kind, row.namespace, row.name)])
-        if wl is not None:
-            row.position = positions.get((row.namespace, wl["metadata"]["name"]))
+    for row, wl in queued:
+        row.position = positions.get((row.namespace, wl["metadata"]["name"]))
     rows.sort(key=lambda r: r.created or "", reverse=True)
     return rows
 

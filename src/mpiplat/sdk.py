@@ -338,11 +338,7 @@ class Client:
 
     def _access(self, verb: str, namespace: str) -> tuple[bool | None, str]:
         """Whether the caller may `verb` mpijobs in `namespace` (None: unknown), and who the caller is."""
-        user = "the current user"
-        with contextlib.suppress(ApiException, AttributeError):
-            review = client.AuthenticationV1Api(self.kube.api_client).create_self_subject_review(
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
-            user = review.status.user_info.username or user
+        user = self.whoami() or "the current user"
         try:
             review = client.AuthorizationV1Api(self.kube.api_client).create_self_subject_access_review(
                 client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
@@ -351,6 +347,14 @@ class Client:
         except ApiException:
             return None, user
         return bool(review.status.allowed), user
+
+    def whoami(self) -> str | None:
+        """The user name the API server sees for this client (SelfSubjectReview); None where it does not say."""
+        with contextlib.suppress(ApiException, HTTPError, AttributeError):
+            review = client.AuthenticationV1Api(self.kube.api_client).create_self_subject_review(
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+            return review.status.user_info.username or None
+        return None
 
     def installed(self) -> bool:
         """Whether the cluster serves kubeflow.org/v2beta1 mpijobs (API discovery, open to every user)."""

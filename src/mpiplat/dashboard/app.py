@@ -9,7 +9,6 @@ read and write is the user's own, so the API server's RBAC decides what each use
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import json
@@ -233,7 +232,8 @@ class Dashboard:
         s = self.settings
         if s.auth == "kubeconfig":
             if self.own is None:
-                self.own = User(self._whoami(), (), AsyncClient(kube=self.kube))
+                own = AsyncClient(kube=self.kube)
+                self.own = User(own.sync.whoami() or self.kube.context or "the kubeconfig's user", (), own)
             return self.own
         name = (request.headers.get(s.user_header) or "").strip()
         if not name:
@@ -244,14 +244,6 @@ class Dashboard:
         if key not in self.users:
             self.users[key] = User(name, groups, AsyncClient(kube=self.kube.impersonating(name, groups)))
         return self.users[key]
-
-    def _whoami(self) -> str:
-        from kubernetes import client
-        with contextlib.suppress(Exception):
-            review = client.AuthenticationV1Api(self.kube.api_client).create_self_subject_review(
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
-            return review.status.user_info.username
-        return self.kube.context or "kubeconfig user"
 
     async def visible(self, user: User) -> list[str] | None:
         """The namespaces whose MPIJobs `user` may list (None: all), asked as the user, kept NAMESPACES_TTL_S."""
