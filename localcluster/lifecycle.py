@@ -258,7 +258,7 @@ def down() -> None:
 
 
 def status() -> dict:
-    """Each component's pid, whether it runs and is healthy, and its resident memory."""
+    """Each component's pid, whether it runs and is healthy, its resident memory, and a controller's restarts."""
     comps: dict[str, dict] = {}
     for name in CONTROL_PLANE:
         pid = processes.read_pid(kwok_cluster_dir() / "pids" / f"{name}.pid")
@@ -268,7 +268,7 @@ def status() -> dict:
         pid = processes.read_pid(processes.pid_file(ctl))
         running = bool(pid and processes.alive(pid))
         comps[ctl.name] = {"running": running, "pid": pid, "healthy": running and processes.http_ok(ctl.health_url),
-                           "log": str(log_file(ctl.name))}
+                           "log": str(log_file(ctl.name)), "restarts": processes.restarts(ctl)}
     if real_node_enabled():
         comps |= realnode.status()
     for c in comps.values():
@@ -281,7 +281,8 @@ def status() -> dict:
 def print_status(report: dict) -> None:
     for name, c in report["components"].items():
         state = "healthy" if c["healthy"] else ("running, not healthy" if c["running"] else "stopped")
-        print(f"  {name:28} {state:22} {c['rss_mib']:>5} MiB")
+        restarted = f"  restarted {c['restarts']}x (see {c['log']})" if c.get("restarts") else ""
+        print(f"  {name:28} {state:22} {c['rss_mib']:>5} MiB{restarted}")
     print(f"cluster: {'healthy' if report['healthy'] else 'NOT healthy'}; resident memory "
           f"{report['rss_mib']} MiB; KUBECONFIG={report['kubeconfig']}")
 

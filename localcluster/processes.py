@@ -37,6 +37,7 @@ from mpiplat.localcluster.state import (
 )
 
 LOOPBACK = "127.0.0.1"
+SUPERVISE = Path(__file__).with_name("supervise.py")
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in kueue's main.go
 OURS = "mpiplat-localcluster"  # marks a certificate there as written by a local cluster
 
@@ -174,7 +175,20 @@ def conf_dir(ctl: Controller) -> Path:
 
 
 def pid_file(ctl: Controller) -> Path:
+    """The pid of its supervise.py, whose process group the controller is in."""
     return state_dir() / "pids" / f"{ctl.name}.pid"
+
+
+def restarts_file(ctl: Controller) -> Path:
+    return state_dir() / "pids" / f"{ctl.name}.restarts"
+
+
+def restarts(ctl: Controller) -> int:
+    """How often its supervisor restarted it since it was started."""
+    try:
+        return int(restarts_file(ctl).read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 def read_pid(path: Path) -> int | None:
@@ -253,9 +267,14 @@ def start(ctl: Controller, pki: Path, config: dict | None) -> None:
     log = log_file(ctl.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     pid_file(ctl).parent.mkdir(parents=True, exist_ok=True)
+    restarts_file(ctl).unlink(missing_ok=True)
+    # Under supervise.py, which restarts it when it exits, as a real cluster restarts a controller's pod.
+    supervised = [sys.executable, "-I", "-S", str(SUPERVISE), "--restarts", str(restarts_file(ctl)),
+                  "--health", ctl.health_url, "--"]
     with open(log, "ab") as out:
-        proc = subprocess.Popen([*in_node_net(), *ctl.argv(kubeconfig, confdir)], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=confdir, env=env, start_new_session=True)
+        proc = subprocess.Popen([*supervised, *in_node_net(), *ctl.argv(kubeconfig, confdir)], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=confdir, env=env,
+                                start_new_session=True)
     pid_file(ctl).write_text(str(proc.pid))
 
 
@@ -296,6 +315,7 @@ def stop(ctl: Controller) -> bool:
     if pid:
         stop_pid(pid)
     pid_file(ctl).unlink(missing_ok=True)
+    restarts_file(ctl).unlink(missing_ok=True)
     return bool(pid)
 
 
@@ -307,14 +327,20 @@ def tail(path: Path, n: int = 15) -> str:
 
 
 def rss_mib(pid: int) -> int:
-    """Resident memory of a process, MiB (0 if unknown)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    except OSError:
-        pass
-    return 0
+    """Resident memory of a process and the others of its process group (a supervisor's controller), MiB."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if entry != str(pid) and int(Path(f"/proc/{entry}/stat").read_text().rsplit(") ", 1)[1].split()[2]) != pid:
+                continue
+            for line in Path(f"/proc/{entry}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total // 1024
 
 
 # ---------------------------------------------------------------- Kueue's metrics certificate
