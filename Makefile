@@ -42,11 +42,12 @@ collection: $(VENV)/.installed
 	@link="$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/ansible_collections/mpiplat/platform"; \
 	  [ "$$(readlink "$$link")" = "$(CURDIR)" ] || { mkdir -p "$${link%/*}" && ln -sfn "$(CURDIR)" "$$link"; }
 
-# Build the pinned upstream binaries and, at the same time, the real node's Debian-based images
-# into the cache (~/.cache/mpiplat); fast when cached. (The CoreDNS image wraps a built binary:
-# `cluster up` makes it in seconds.)
+# Build the pinned upstream binaries and, at the same time, the real node's Debian-based images and the
+# dashboard role's (its test deploys them) into the cache (~/.cache/mpiplat); fast when cached. (The CoreDNS
+# image wraps a built binary: `cluster up` makes it in seconds.)
+IMAGES = pause openmpi mpich intel dashboard dashboard-proxy
 build: setup
-	$(BIN)/mpiplat cluster images --only pause --only openmpi --only mpich --only intel & images=$$!; \
+	$(BIN)/mpiplat cluster images $(addprefix --only ,$(IMAGES)) & images=$$!; \
 	  $(BIN)/mpiplat cluster build; built=$$?; wait $$images && exit $$built
 
 # Start the local reference cluster, install the stack and the teams on it with the playbooks,

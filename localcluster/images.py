@@ -34,6 +34,7 @@ Cache, outside the repo (see mpiplat.versions.cache_dir):
 
 from __future__ import annotations
 
+import configparser
 import fcntl
 import gzip
 import hashlib
@@ -41,13 +42,16 @@ import io
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
+import zipfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -107,10 +111,16 @@ class Recipe:
     cmd: tuple[str, ...] = ()
     workdir: str = ""
     user: str = ""
+    # The mpiplat package of this checkout (a wheel built here, unpacked as pip would) as one more layer over the
+    # recipe's image, which is cached without it: a change to the package rebuilds that layer in seconds.
+    checkout: bool = False
+    on_demand: bool = False  # built only when named (--only, or a test that deploys it), not by `up`
 
     def material(self) -> dict:
-        """What the cache key hashes for the recipe itself (the static source's text included)."""
+        """What the cache key hashes for the recipe itself (the static source's text included); not what does not
+        change its image (`checkout` adds a layer of its own key, key_of)."""
         data = asdict(self)
+        del data["checkout"], data["on_demand"]
         if self.kind == "binary":
             data["component"] = _component_of(self.source)
         elif self.source:
@@ -122,6 +132,31 @@ def _component_of(binary: str) -> str:
     """The pinned component (name@version) that provides a built binary."""
     comp = next(c for c in load_versions().values() if binary in c.binaries)
     return f"{comp.name}@{comp.version}"
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository, where the package is installed editable
+CHECKOUT_PARTS = ("pyproject.toml", "setup.py", "README.md", "src/mpiplat", "conformance", "localcluster")
+
+
+def _checkout_files() -> list[str]:
+    """What the checkout's wheel is built from, as git lists it: tracked files, and untracked ones not ignored (a
+    clean clone and a work tree of one commit agree; build outputs and caches are not in it)."""
+    if not (CHECKOUT / "pyproject.toml").is_file():
+        raise ImageError(f"an image of the mpiplat package is built from its checkout; {CHECKOUT} is none")
+    try:
+        listed = subprocess.run(["git", "-C", str(CHECKOUT), "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard", "--", *CHECKOUT_PARTS],
+                                capture_output=True, check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise ImageError(f"an image of the mpiplat package lists its checkout's files with git: {err}") from err
+    return sorted(rel for rel in set(listed) if rel and (CHECKOUT / rel).is_file())  # not one deleted, still tracked
+
+
+def _checkout_hash() -> str:
+    digest = hashlib.sha256()
+    for rel in _checkout_files():
+        digest.update(rel.encode() + b"\0" + (CHECKOUT / rel).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def source_path(recipe: Recipe) -> Path:
@@ -314,6 +349,18 @@ def _mpi_recipe(name: str, library: str, mpirun: tuple[str, ...], packages: tupl
 
 
 MPI4PY = "4.1.2"  # the same pin as conformance/workloads/mpienv.py
+# The dashboard's run-time dependencies (starlette, uvicorn, python-multipart, kubernetes, jinja2, pyyaml, as
+# pyproject.toml allows them) with everything they need, resolved for the image's Python.
+DASHBOARD_PYPI = {
+    "aiohappyeyeballs": "2.7.1", "aiohttp": "3.14.5", "aiohttp-retry": "2.9.1", "aiosignal": "1.4.0",
+    "annotated-types": "0.8.0", "anyio": "4.16.0", "attrs": "26.1.0", "certifi": "2026.10.19.post1",
+    "charset-normalizer": "3.5.3", "click": "8.5.1", "durationpy": "0.11", "frozenlist": "1.8.0", "h11": "0.16.0",
+    "idna": "3.20", "jinja2": "3.1.6", "kubernetes": "37.0.2", "markupsafe": "3.0.4", "multidict": "7.2.1",
+    "oauthlib": "4.0.1", "propcache": "0.5.4", "pydantic": "2.14.4", "pydantic-core": "2.50.5",
+    "python-dateutil": "4.0.0", "python-multipart": "0.0.34", "pyyaml": "6.0.3", "requests": "2.34.2",
+    "requests-oauthlib": "2.0.0", "starlette": "1.10.0", "typing-extensions": "4.16.0", "typing-inspection": "0.4.5",
+    "tzdata": "2026.6", "urllib3": "2.8.0", "uvicorn": "0.54.0", "websocket-client": "1.9.2", "yarl": "1.25.1",
+}
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe(name="pause", image="mpiplat.local/pause:1", kind="static", source="images/pause.c",
            entrypoint=("/pause",), user="65535:65535"),
@@ -350,6 +397,18 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         pypi={"impi-rt": "2021.18.1", "mpi4py": MPI4PY},
         env={"FI_PROVIDER_PATH": "/usr/local/lib"},
     ),
+    # The dashboard role's images (on demand: only its test deploys them). The dashboard: Debian's python3,
+    # the dashboard's PyPI dependencies (pyproject.toml's, resolved for Python 3.11) and this checkout's mpiplat.
+    Recipe(name="dashboard", image="mpiplat.local/dashboard:1", kind="debian", packages=("python3",),
+           build_packages=("python3-pip",), pypi=DASHBOARD_PYPI, checkout=True, on_demand=True,
+           checks=('chroot "$1" python3 -c "import jinja2, kubernetes, multipart, starlette, uvicorn, yaml"',),
+           env={"PATH": PATH, "HOME": "/tmp"}, entrypoint=("mpiplat", "dashboard"), user="1001:0"),
+    # Its identity-passing proxy for clusters without one: Debian's nginx (basic auth, then X-Forwarded-User and
+    # -Groups to the dashboard); the role's ConfigMap holds its configuration.
+    Recipe(name="dashboard-proxy", image="mpiplat.local/dashboard-proxy:1", kind="debian", packages=("nginx",),
+           on_demand=True, checks=('chroot "$1" nginx -v',), env={"PATH": PATH},
+           entrypoint=("nginx", "-e", "stderr", "-g", "daemon off;", "-c", "/etc/mpiplat-proxy/nginx.conf"),
+           user="1001:0"),
 )}
 PAUSE_IMAGE = RECIPES["pause"].image
 COREDNS_IMAGE = RECIPES["coredns"].image
@@ -374,7 +433,7 @@ def recipe(name: str) -> Recipe:
 
 def _select(names: Iterable[str] | None) -> list[Recipe]:
     if not names:
-        return list(RECIPES.values())
+        return [r for r in RECIPES.values() if not r.on_demand]
     wanted = {recipe(n).name for n in names}
     return [r for r in RECIPES.values() if r.name in wanted]
 
@@ -463,12 +522,33 @@ def cache_key(r: Recipe, versions: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def key_of(r: Recipe) -> str:
+def base_key(r: Recipe) -> str:
+    """The key of the image the recipe builds (for a `checkout` recipe, without the package's layer)."""
     return cache_key(r, debian_versions((*r.packages, *r.build_packages, *HOST_TOOLS[r.kind])))
+
+
+def key_of(r: Recipe) -> str:
+    key = base_key(r)
+    if r.checkout:
+        key = hashlib.sha256(f"{key}\0{_checkout_hash()}".encode()).hexdigest()[:16]
+    return key
 
 
 def cached_path(r: Recipe, key: str) -> Path:
     return images_dir() / f"{r.name}-{key}.tar"
+
+
+def base_path(r: Recipe, key: str) -> Path:
+    """Where a `checkout` recipe's image without the package is cached."""
+    return images_dir() / f"{r.name}-base-{key}.tar"
+
+
+def _older(r: Recipe, keep: Path) -> list[Path]:
+    """The cache's other entries of the same kind as `keep` (another key), of this recipe only: dashboard's
+    are not dashboard-proxy's."""
+    stem = keep.name[:-len("-0123456789abcdef.tar")]
+    pattern = re.compile(re.escape(stem) + r"-[0-9a-f]{16}\.tar")
+    return [p for p in images_dir().glob(f"{stem}-*.tar") if p != keep and pattern.fullmatch(p.name)]
 
 
 def log_path(r: Recipe) -> Path:
@@ -608,6 +688,18 @@ def write_oci_archive(dest: Path, image: str, config: dict, layers: list[Layer])
 def with_files(archive: Path, files: dict[str, tuple[str, int]], dest: Path) -> str:
     """Write to `dest` the image of `archive` (written by write_oci_archive) under the same name, with one more
     layer holding `files` (path in the image -> (content, mode)); returns the new manifest digest."""
+    members = []
+    for path, (content, mode) in files.items():
+        data = content.encode()
+        info = tarfile.TarInfo("." + path)
+        info.size, info.mode, info.mtime = len(data), mode, 0
+        members.append((info, io.BytesIO(data)))
+    return with_layer(archive, members, dest)
+
+
+def with_layer(archive: Path, members: Iterable[tuple[tarfile.TarInfo, BinaryIO | None]], dest: Path) -> str:
+    """Write to `dest` the image of `archive` under the same name, with one more layer of `members`; returns
+    the new manifest digest."""
     parts: list[Path] = []
     try:
         with tarfile.open(archive) as tar:
@@ -625,12 +717,6 @@ def with_files(archive: Path, files: dict[str, tuple[str, int]], dest: Path) -> 
                 with open(parts[-1], "wb") as out:
                     shutil.copyfileobj(blob(la["digest"]), out)
                 layers.append(Layer(parts[-1], la["digest"], la["size"], config["rootfs"]["diff_ids"][i]))
-        members = []
-        for path, (content, mode) in files.items():
-            data = content.encode()
-            info = tarfile.TarInfo("." + path)
-            info.size, info.mode, info.mtime = len(data), mode, 0
-            members.append((info, io.BytesIO(data)))
         parts.append(dest.with_name(f"{dest.name}.extra"))
         extra = write_layer(parts[-1], members)
         config["rootfs"]["diff_ids"].append(extra.diff_id)
@@ -791,6 +877,7 @@ def _stage_files(r: Recipe, root: Path) -> None:
 
 def _build_debian(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:
     files_dir, wheels, rootfs = work / "files", work / "wheels", work / "rootfs.tar"
+    files_dir.mkdir()
     _stage_files(r, files_dir)
     os.chmod(files_dir, 0o755)
     for d in files_dir.rglob("*"):
@@ -841,24 +928,80 @@ def _locked(r: Recipe) -> Iterator[None]:
 
 
 def build_image(r: Recipe, key: str, log: BinaryIO) -> Path:
-    """Build `r` into the cache as <name>-<key>.tar (atomically); remove its older entries."""
+    """Build `r` into the cache as <name>-<key>.tar (atomically); remove its older entries. A `checkout` recipe's
+    image is its base image (cached as <name>-base-<key>.tar, built when missing) plus the package's layer."""
     final = cached_path(r, key)
+    if r.checkout:
+        base = base_path(r, base_key(r))
+        if not base.is_file():
+            _build_into(r, base, log)
+        _with_checkout(base, final, log)
+        for old in _older(r, base):
+            old.unlink(missing_ok=True)
+    else:
+        _build_into(r, final, log)
+    for old in _older(r, final):
+        old.unlink(missing_ok=True)
+    return final
+
+
+def _build_into(r: Recipe, dest: Path, log: BinaryIO) -> None:
     work = images_dir() / f".work-{r.name}-{os.getpid()}"
     _remove_workdir(work)
     work.mkdir(parents=True)
     try:
         layers = {"static": _build_static, "binary": _build_binary, "debian": _build_debian}[r.kind](r, work, log)
         config = image_config(r, [la.diff_id for la in layers], oci_arch())
-        tmp = work / final.name
+        tmp = work / dest.name
         digest = write_oci_archive(tmp, r.image, config, layers)
         log.write(f"manifest {digest}, {tmp.stat().st_size} bytes\n".encode())
-        os.replace(tmp, final)
+        os.replace(tmp, dest)
     finally:
         _remove_workdir(work)
-    for old in images_dir().glob(f"{r.name}-*.tar"):
-        if old != final:
-            old.unlink(missing_ok=True)
-    return final
+
+
+SITE_PACKAGES = "/usr/lib/python3/dist-packages"  # Debian's python3 imports from it, whatever its minor
+
+
+def _with_checkout(base: Path, dest: Path, log: BinaryIO) -> None:
+    """`base` plus a layer of the checkout's wheel, unpacked into SITE_PACKAGES with its console scripts in
+    /usr/local/bin, as pip installs a pure wheel (its run-time dependencies are the base's)."""
+    with tempfile.TemporaryDirectory(dir=images_dir(), prefix=".wheel-") as scratch:
+        src, out = Path(scratch, "src"), Path(scratch, "out")
+        for rel in _checkout_files():  # a copy of just these: setuptools' build/ keeps files the checkout deleted
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(CHECKOUT / rel, src / rel)
+        _run([str(Path(sys.executable).with_name("uv")), "build", "--wheel", "--quiet", "--out-dir", str(out),
+              str(src)], log)
+        wheel = next(out.glob("mpiplat-*.whl"))
+        log.write(f"$ (layer) {wheel.name} into {SITE_PACKAGES}\n".encode())
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+        try:
+            with zipfile.ZipFile(wheel) as whl:
+                with_layer(base, _wheel_members(whl), tmp)
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _wheel_members(whl: zipfile.ZipFile) -> Iterator[tuple[tarfile.TarInfo, BinaryIO | None]]:
+    names = sorted(n for n in whl.namelist() if not n.endswith("/"))
+    dirs = {str(p) for n in names for p in Path(SITE_PACKAGES, n).parents if len(p.parts) > 3}  # below /usr/lib
+    yield from ((info, None) for info in _tar_dirs(sorted(dirs)))
+    for name in names:
+        data = whl.read(name)
+        info = tarfile.TarInfo(f".{SITE_PACKAGES}/{name}")
+        info.size, info.mode, info.mtime = len(data), 0o644, 0
+        yield info, io.BytesIO(data)
+    entry_points = next((n for n in names if n.endswith(".dist-info/entry_points.txt")), None)
+    parser = configparser.ConfigParser(delimiters=("=",))
+    parser.read_string(whl.read(entry_points).decode() if entry_points else "")
+    for script, target in (parser["console_scripts"].items() if parser.has_section("console_scripts") else []):
+        module, _, func = target.strip().partition(":")
+        data = (f"#!/usr/bin/python3\nimport sys\nfrom {module} import {func}\n\nsys.exit({func}())\n").encode()
+        info = tarfile.TarInfo(f"./usr/local/bin/{script}")
+        info.size, info.mode, info.mtime = len(data), 0o755, 0
+        yield info, io.BytesIO(data)
 
 
 def _stale_workdirs(r: Recipe) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -189,7 +190,10 @@ def _fake_build(monkeypatch, calls: list, fail: bool = False):
         return [images.write_layer(work / "layer.tar.gz", [_reg("./pause", b"binary", 0o755)])]
 
     monkeypatch.setattr(images, "_build_static", build_static)
-    monkeypatch.setattr(images, "key_of", lambda r: "k1")
+    monkeypatch.setattr(images, "key_of", lambda r: K1)
+
+
+K1, K2 = "1" * 16, "2" * 16  # cache keys are 16 hex digits
 
 
 def test_a_cached_image_is_not_rebuilt_and_a_new_key_replaces_the_old_entry(cache, monkeypatch):
@@ -197,16 +201,74 @@ def test_a_cached_image_is_not_rebuilt_and_a_new_key_replaces_the_old_entry(cach
     _fake_build(monkeypatch, calls)
     out = io.StringIO()
     first = images.ensure_built(["pause"], stream=out)
-    assert first == {images.PAUSE_IMAGE: cache / "images" / "pause-k1.tar"}
+    assert first == {images.PAUSE_IMAGE: cache / "images" / f"pause-{K1}.tar"}
     assert images.ensure_built(["mpiplat.local/pause:1"], stream=out) == first
     assert calls == ["pause"]
     lines = out.getvalue().splitlines()
     assert lines[0] == f"[1/1] building {images.PAUSE_IMAGE}; log: {cache / 'logs' / 'image-pause.log'}"
-    assert f"  cached   {images.PAUSE_IMAGE} (pause-k1.tar)" in lines
-    monkeypatch.setattr(images, "key_of", lambda r: "k2")
+    assert f"  cached   {images.PAUSE_IMAGE} (pause-{K1}.tar)" in lines
+    other = cache / "images" / f"pause-other-{K1}.tar"  # another recipe whose name starts with pause-
+    other.write_bytes(b"")
+    monkeypatch.setattr(images, "key_of", lambda r: K2)
     images.ensure_built(["pause"], stream=out)
     assert calls == ["pause", "pause"]
-    assert sorted(p.name for p in (cache / "images").glob("pause-*.tar")) == ["pause-k2.tar"]
+    assert sorted(p.name for p in (cache / "images").glob("pause-*.tar")) == [f"pause-{K2}.tar", other.name]
+
+
+def _wheel(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr("mpiplat/__init__.py", "")
+        whl.writestr("mpiplat/dashboard/vendor/htmx/htmx.min.js", "js")
+        whl.writestr("mpiplat-0.1.0.dist-info/entry_points.txt", "[console_scripts]\nmpiplat = mpiplat.cli:main\n")
+    return path
+
+
+def test_a_checkout_layer_unpacks_the_wheel_as_pip_would_with_its_console_script(tmp_path):
+    with zipfile.ZipFile(_wheel(tmp_path / "mpiplat-0.1.0-py3-none-any.whl")) as whl:
+        members = {info.name: (info, f.read() if f else None) for info, f in images._wheel_members(whl)}
+    site = "." + images.SITE_PACKAGES
+    assert members[f"{site}/mpiplat/dashboard/vendor/htmx/htmx.min.js"][1] == b"js"
+    assert members[f"{site}/mpiplat-0.1.0.dist-info/entry_points.txt"][0].mode == 0o644
+    for d in (site, f"{site}/mpiplat", f"{site}/mpiplat/dashboard/vendor/htmx"):  # each parent, before its files
+        assert members[d][0].isdir() and list(members).index(d) < list(members).index(f"{site}/mpiplat/__init__.py")
+    script, text = members["./usr/local/bin/mpiplat"]
+    assert script.mode == 0o755 and text.decode().startswith("#!/usr/bin/python3\n")
+    assert "from mpiplat.cli import main" in text.decode() and "sys.exit(main())" in text.decode()
+
+
+def test_a_checkout_image_keeps_its_base_and_rebuilds_only_the_package_layer(cache, monkeypatch):
+    built: list = []
+    recipe = dataclasses.replace(images.RECIPES["pause"], name="pkg", checkout=True)
+    monkeypatch.setitem(images.RECIPES, "pkg", recipe)
+    monkeypatch.setattr(images, "_build_static", lambda r, work, log: built.append(r.name) or [
+        images.write_layer(work / "layer.tar.gz", [_reg("./pause", b"binary", 0o755)])])
+    monkeypatch.setattr(images, "base_key", lambda r: K1)
+    monkeypatch.setattr(images, "_run", lambda cmd, log, **kw: _wheel(
+        Path(cmd[cmd.index("--out-dir") + 1]) / "mpiplat-0.1.0-py3-none-any.whl"))
+    for checkout in ("a", "b"):
+        monkeypatch.setattr(images, "_checkout_hash", lambda c=checkout: c)
+        path = images.ensure_built(["pkg"], stream=io.StringIO())[recipe.image]
+    assert built == ["pkg"]  # the base once
+    assert {p.name for p in (cache / "images").glob("pkg-*.tar")} == {f"pkg-base-{K1}.tar", path.name}
+    blobs = [[n for n in _blobs(p) if n.startswith("blobs/")] for p in (cache / "images" / f"pkg-base-{K1}.tar", path)]
+    assert len(blobs[1]) == len(blobs[0]) + 1  # the base's manifest, config and layer; then one more layer
+
+
+def test_the_checkout_hash_covers_what_git_lists_and_not_ignored_files(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "src" / "mpiplat").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text("[project]\n")
+    (repo / "src" / "mpiplat" / "a.py").write_text("A = 1\n")
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    monkeypatch.setattr(images, "CHECKOUT", repo)
+    first = images._checkout_hash()
+    (repo / "src" / "mpiplat" / "__pycache__").mkdir()
+    (repo / "src" / "mpiplat" / "__pycache__" / "a.pyc").write_bytes(b"x")
+    assert images._checkout_hash() == first
+    (repo / "src" / "mpiplat" / "a.py").write_text("A = 2\n")
+    assert images._checkout_hash() != first
 
 
 def test_a_failed_build_leaves_no_cache_entry_and_says_what_to_do(cache, monkeypatch):
@@ -344,7 +406,7 @@ def test_import_skips_images_containerd_has_at_the_same_digest(cache, tmp_path, 
     imports = [c for c in json.loads(state.read_text())["calls"] if c[:2] == ["images", "import"]]
     assert len(imports) == 1
     assert "io.cri-containerd.pinned=pinned" in imports[0]
-    assert imports[0][-1] == str(cache / "images" / "pause-k1.tar")
+    assert imports[0][-1] == str(cache / "images" / f"pause-{K1}.tar")
     # containerd now has that digest: a second import does nothing.
     assert images.import_into(ctr, ["pause"], stream=out) == []
     calls = json.loads(state.read_text())["calls"]

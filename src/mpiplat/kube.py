@@ -1,7 +1,8 @@
 """Small helpers over the `kubernetes` client: clients, custom resources, watches.
 
 Cluster access works like kubectl's: --kubeconfig if given, else $KUBECONFIG (a list of files
-joined by ':'), else ~/.kube/config; --context if given, else the kubeconfig's current context.
+joined by ':'), else ~/.kube/config, else in a pod its ServiceAccount; --context if given, else the kubeconfig's
+current context.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
@@ -44,6 +46,7 @@ RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors")
 TOPOLOGY = Kind("kueue.x-k8s.io", "v1beta2", "topologies")
 
 
+SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Connections kept per API server: enough for the SDK's concurrent requests (AsyncClient's threads).
 POOL_SIZE = 32
 
@@ -74,6 +77,10 @@ class Kube:
         files = kubeconfig_files(kubeconfig)
         existing = [f for f in files if os.path.isfile(f)]
         source = "--kubeconfig" if kubeconfig else "$KUBECONFIG" if os.environ.get("KUBECONFIG") else "default"
+        if not existing and not kubeconfig and not os.environ.get("KUBECONFIG") and os.environ.get(
+                "KUBERNETES_SERVICE_HOST"):  # in a pod, like kubectl: its ServiceAccount
+            self._in_cluster()
+            return
         if not existing or (kubeconfig and existing != files):
             raise KubeconfigError(
                 f"no kubeconfig at {os.pathsep.join(files)} ({source}); pass --kubeconfig FILE or set KUBECONFIG "
@@ -92,6 +99,18 @@ class Kube:
         # Where namespaced requests go unless told otherwise: the context's namespace, like kubectl.
         self.namespace = (chosen.get("context") or {}).get("namespace") or "default"
         self.user: tuple[str, tuple[str, ...]] | None = None  # whom it impersonates (impersonating())
+        self._apis(client.ApiClient(cfg))
+
+    def _in_cluster(self) -> None:
+        cfg = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except ConfigException as err:
+            raise KubeconfigError(f"in a pod, but its ServiceAccount's token cannot be read: {err}") from err
+        cfg.connection_pool_maxsize = POOL_SIZE
+        self.kubeconfig, self.context, self.user = "", "in-cluster", None
+        ns_file = Path(SA_NAMESPACE_FILE)
+        self.namespace = ns_file.read_text().strip() if ns_file.is_file() else "default"
         self._apis(client.ApiClient(cfg))
 
     def _apis(self, api_client: client.ApiClient) -> None:

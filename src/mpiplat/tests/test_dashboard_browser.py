@@ -219,6 +219,13 @@ def test_queued_jobs_show_their_position(served, page, namespace, kube, tmp_path
         playwright.expect(pending).to_have_count(2, timeout=30_000)
         assert [pending.nth(i).get_attribute("data-job") for i in range(2)] == [f"{namespace}/q1", f"{namespace}/q2"]
         shot(page, "queues", tmp_path)
+        page.goto(f"{served.url}/jobs/{namespace}/q1")  # suspend and resume act on its Workload, as the SDK does
+        page.click("text=Suspend")
+        playwright.expect(page.locator("#action-result")).to_contain_text("deactivated Kueue Workload")
+        assert sdk.workload("q1")["spec"]["active"] is False
+        page.click("text=Resume")
+        playwright.expect(page.locator("#action-result")).to_contain_text("reactivated Kueue Workload")
+        assert sdk.workload("q1")["spec"]["active"] is True
     finally:
         for i in range(3):
             sdk.delete(f"q{i}", wait=True)
