@@ -45,6 +45,20 @@ def _rule(prometheus, name: str) -> dict:
     return rule
 
 
+def _other_failures(kube, ns: str, name: str, since: float, until: float) -> list[str]:
+    """The MPIJobs of the whole cluster other than ns/name that failed between `since` and `until` (epoch s)."""
+    found = []
+    for job in kube.custom.list_cluster_custom_object(MPIJOB.group, MPIJOB.version, MPIJOB.plural)["items"]:
+        meta = job["metadata"]
+        if (meta["namespace"], meta["name"]) == (ns, name):
+            continue
+        for cond in (job.get("status") or {}).get("conditions") or []:
+            if cond["type"] == "Failed" and cond["status"] == "True" \
+                    and since <= _ts(cond["lastTransitionTime"]) <= until:
+                found.append(f"{meta['namespace']}/{meta['name']}")
+    return found
+
+
 def _alert(prometheus, name: str, state: str = "firing", **labels: str) -> dict | None:
     """The alert `name` in `state` (pending or firing) whose labels include `labels`, if any."""
     for alert in prometheus.alerts():
@@ -61,10 +75,11 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
     """A job that fails raises mpi_operator_jobs_failed_total in Prometheus within metric_visible_s (SC-016:
     from its Failed condition to the first scraped sample that counts it), and MPIJobFailed is firing at the
     first evaluation of its rule that follows, within failed_to_alert_s.
-    The counter has no labels, so the rise must be this job's alone: exactly one more than before it was
-    submitted, no earlier than its Failed condition (less RISE_SLACK_S, the condition's 1 s resolution); any
-    other rise fails the test (another job failed meanwhile). The alert is this job's only where it was not
-    already firing (the suite runs this test before those whose jobs fail); otherwise the row is partial."""
+    The counter has no labels, so the rise must be this job's alone: no earlier than its Failed condition (less
+    RISE_SLACK_S, the condition's 1 s resolution), and by one, or by more only where no other MPIJob in the
+    cluster failed meanwhile (mpi-operator counts a failure once per sync that sees it before its cache has the
+    Failed condition: twice under load); another job's failure fails the test. The alert is this job's only where
+    it was not already firing (the suite runs this test before those whose jobs fail); otherwise the row is partial."""
     t = settings.thresholds
     _rule(prometheus, "MPIJobFailed")
     already = _alert(prometheus, "MPIJobFailed")
@@ -80,7 +95,8 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
         spec = mpijob_spec("fails", ns, real=True, workers=2, command=["false"])
     else:
         pytest.skip(f"MON-01: {caps.WHY_NOT['simulated']}, or {caps.WHY_NOT['pod_network']}")
-    start, submitted = time.monotonic(), time.time() + offset
+    start, local_submit = time.monotonic(), time.time()
+    submitted = local_submit + offset
     submit_job(kube, spec)
     seen = condition_times(kube, MPIJOB, "fails", ns, until=("Failed", "Succeeded"), timeout=120, start=start)
     assert "Failed" in seen, f"the job made to fail ended {list(seen)}"
@@ -95,9 +111,12 @@ def test_failed_mpijob_reaches_prometheus_and_fires_mpijobfailed(kube, run, sett
                            if t1 >= submitted and v1 != v0)
             if rises:
                 at, by = rises[0]
-                assert by == 1 and at >= failed - RISE_SLACK_S, (
+                others = [] if by == 1 else _other_failures(
+                    kube, ns, "fails", local_submit - RISE_SLACK_S, at - offset + RISE_SLACK_S)
+                assert not others and at >= failed - RISE_SLACK_S, (
                     f"mpi_operator_jobs_failed_total rose by {by:g} at {at - failed:+.1f}s from this job's Failed "
-                    "condition: another job failed meanwhile, so the rise cannot be told to be this job's")
+                    f"condition; other MPIJobs failed meanwhile ({', '.join(others) or 'none'}), so the rise "
+                    "cannot be told to be this job's")
                 visible = at
         if visible is not None:
             rule, alert = _rule(prometheus, "MPIJobFailed"), _alert(prometheus, "MPIJobFailed")
