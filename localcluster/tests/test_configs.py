@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -376,7 +377,7 @@ def test_progress_shows_a_spinner_with_elapsed_seconds_on_a_terminal(monkeypatch
     with progress("waiting for kueue", stream=out, every=0.05):
         time.sleep(0.3)
     text = out.getvalue()
-    assert "waiting for kueue (0s)" in text
+    assert re.search(r"waiting for kueue \(\d+s\)", text), text  # 0s, or 1s where a loaded machine drew it late
     assert "    ... " not in text  # the spinner replaces the plain lines
 
 
