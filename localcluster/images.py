@@ -688,13 +688,15 @@ def write_oci_archive(dest: Path, image: str, config: dict, layers: list[Layer])
 def with_files(archive: Path, files: dict[str, tuple[str, int]], dest: Path) -> str:
     """Write to `dest` the image of `archive` (written by write_oci_archive) under the same name, with one more
     layer holding `files` (path in the image -> (content, mode)); returns the new manifest digest."""
-    members = []
-    for path, (content, mode) in files.items():
-        data = content.encode()
-        info = tarfile.TarInfo("." + path)
-        info.size, info.mode, info.mtime = len(data), mode, 0
-        members.append((info, io.BytesIO(data)))
-    return with_layer(archive, members, dest)
+    return with_layer(archive, [_member(path, content.encode(), mode) for path, (content, mode) in files.items()],
+                      dest)
+
+
+def _member(path: str, data: bytes, mode: int) -> tuple[tarfile.TarInfo, BinaryIO]:
+    """A layer's regular file at `path` in the image."""
+    info = tarfile.TarInfo("." + path)
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    return info, io.BytesIO(data)
 
 
 def with_layer(archive: Path, members: Iterable[tuple[tarfile.TarInfo, BinaryIO | None]], dest: Path) -> str:
@@ -989,19 +991,14 @@ def _wheel_members(whl: zipfile.ZipFile) -> Iterator[tuple[tarfile.TarInfo, Bina
     dirs = {str(p) for n in names for p in Path(SITE_PACKAGES, n).parents if len(p.parts) > 3}  # below /usr/lib
     yield from ((info, None) for info in _tar_dirs(sorted(dirs)))
     for name in names:
-        data = whl.read(name)
-        info = tarfile.TarInfo(f".{SITE_PACKAGES}/{name}")
-        info.size, info.mode, info.mtime = len(data), 0o644, 0
-        yield info, io.BytesIO(data)
+        yield _member(f"{SITE_PACKAGES}/{name}", whl.read(name), 0o644)
     entry_points = next((n for n in names if n.endswith(".dist-info/entry_points.txt")), None)
     parser = configparser.ConfigParser(delimiters=("=",))
     parser.read_string(whl.read(entry_points).decode() if entry_points else "")
     for script, target in (parser["console_scripts"].items() if parser.has_section("console_scripts") else []):
         module, _, func = target.strip().partition(":")
-        data = (f"#!/usr/bin/python3\nimport sys\nfrom {module} import {func}\n\nsys.exit({func}())\n").encode()
-        info = tarfile.TarInfo(f"./usr/local/bin/{script}")
-        info.size, info.mode, info.mtime = len(data), 0o755, 0
-        yield info, io.BytesIO(data)
+        script_text = f"#!/usr/bin/python3\nimport sys\nfrom {module} import {func}\n\nsys.exit({func}())\n"
+        yield _member(f"/usr/local/bin/{script}", script_text.encode(), 0o755)
 
 
 def _stale_workdirs(r: Recipe) -> None:
