@@ -153,17 +153,39 @@ def _machine_cpu() -> tuple[float, float]:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), idle / os.sysconf("SC_CLK_TCK")
 
 
+# A local cluster's daemons name its state directory (<state>/mpiplat or <state>/mpiplat-<cluster>) in their
+# arguments: the API server, etcd, the kubelet, containerd and its shims, the host-run controllers.
+CLUSTER_ARG = re.compile(r"/mpiplat(?:-([A-Za-z0-9_.-]+))?/(?:(?:kwok|node|pids)/|controllers\.kubeconfig)")
+
+
+def cluster_of(args: str) -> str:
+    found = CLUSTER_ARG.search(args)
+    return (found.group(1) or "mpiplat") if found else ""
+
+
 class CommandCpu(threading.Thread):
-    """CPU by command, sampled from /proc every few seconds while the schedule runs: which daemons the rest is.
-    A process that starts and ends between two samples is not seen (its parent's wait counts it, if any)."""
+    """CPU by command, sampled from /proc every few seconds while the schedule runs: which daemons the rest is,
+    and whose cluster they serve. A process that starts and ends between two samples is not seen (its parent's
+    wait counts it, if any)."""
 
     def __init__(self, every: float = 3.0):
         super().__init__(daemon=True)
         self.every, self.done = every, threading.Event()
-        self.seen: dict[tuple[int, int], tuple[str, int]] = {}  # (pid, start time): (command, ticks so far)
+        # (pid, start time): (command, cluster, ticks so far)
+        self.seen: dict[tuple[int, int], tuple[str, str, int]] = {}
         self.used: dict[str, int] = {}
+        self.by_cluster: dict[str, int] = {}
         self.sample()  # what ran before counts as nothing
         self.used.clear()
+        self.by_cluster.clear()
+
+    @staticmethod
+    def cluster(pid: str) -> str:
+        """The local cluster whose daemon this is, from its arguments; "" for any other process."""
+        try:
+            return cluster_of(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"))
+        except OSError:
+            return ""
 
     @staticmethod
     def command(pid: str, comm: str) -> str:
@@ -187,9 +209,11 @@ class CommandCpu(threading.Thread):
                 continue
             comm, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
             key, ticks = (int(pid), int(fields[19])), int(fields[11]) + int(fields[12])
-            name, before = self.seen.get(key) or (self.command(pid, comm), 0)
+            name, cluster, before = self.seen.get(key) or (self.command(pid, comm), self.cluster(pid), 0)
             self.used[name] = self.used.get(name, 0) + ticks - before
-            self.seen[key] = (name, ticks)
+            if cluster:
+                self.by_cluster[cluster] = self.by_cluster.get(cluster, 0) + ticks - before
+            self.seen[key] = (name, cluster, ticks)
 
     def run(self) -> None:
         while not self.done.wait(self.every):
@@ -200,6 +224,11 @@ class CommandCpu(threading.Thread):
         self.sample()
         hz = os.sysconf("SC_CLK_TCK")
         return [(name, ticks / hz) for name, ticks in sorted(self.used.items(), key=lambda kv: -kv[1])[:count]]
+
+    def clusters(self) -> list[tuple[str, float]]:
+        """Each local cluster's daemons' CPU seconds, most first (call after top())."""
+        hz = os.sysconf("SC_CLK_TCK")
+        return [(name, ticks / hz) for name, ticks in sorted(self.by_cluster.items(), key=lambda kv: -kv[1])]
 
 
 # pytest's summary of a failed test (FAILED/ERROR node - message) and the suite's failed rows, after the first
@@ -290,6 +319,8 @@ def run(stages: list[Stage]) -> int:
                   f"{_minutes(sum(cpu.values()))} ({', '.join(f'{k} {_minutes(v)}' for k, v in cpu.items())}), the "
                   f"rest (the clusters' daemons) {_minutes(now_busy - busy - sum(cpu.values()))}")
     say("stages", "== CPU by command (sampled): " + ", ".join(f"{name} {_minutes(s)}" for name, s in by_command.top()))
+    say("stages", "== CPU of each cluster's daemons (sampled; not the containers of its real node): "
+        + (", ".join(f"{name} {_minutes(s)}" for name, s in by_command.clusters()) or "none"))
     for what in failed:
         for n, line in enumerate(what.splitlines()):
             say("stages", f"FAILED: {line}" if n == 0 else line)

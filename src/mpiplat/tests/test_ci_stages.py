@@ -4,6 +4,7 @@ failed step stops the schedule after its stage, with each time printed."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,18 @@ def test_a_failed_step_names_its_failures_again_for_the_end_of_the_log(capsys):
     stages.run_lane(stages.Lane("t", [f"printf '{said}'; exit 1"]), {}, failed, {})
     assert failed[0].splitlines()[1:] == ["  E   line 1", "  E   line 2", "  E   line 3", "  E   line 4",
                                          "  FAILED t.py::test_x - boom"]
+
+
+def test_cpu_is_told_by_cluster_from_the_state_directory_in_a_daemons_arguments(tmp_path):
+    stages = _stages()
+    assert stages.cluster_of("/s/mpiplat/kwok/clusters/mpiplat/bin/etcd --name=node0") == "mpiplat"
+    assert stages.cluster_of("kubelet --config=/s/mpiplat-faults-2/node/kubelet.yaml") == "faults-2"
+    assert stages.cluster_of("mpi-operator --kubeConfig=/s/mpiplat-helm/controllers.kubeconfig") == "helm"
+    assert stages.cluster_of("python /work/src/mpiplat/nodes.py") == ""
+    sampler = stages.CommandCpu(every=0.05)
+    sampler.start()
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end:\n    pass\n"
+    subprocess.run([sys.executable, "-c", burn, f"--config={tmp_path}/mpiplat-selftest-{os.getpid()}/pids/x"],
+                   check=True)
+    sampler.top()
+    assert 0.2 <= dict(sampler.clusters())[f"selftest-{os.getpid()}"] <= 0.6
