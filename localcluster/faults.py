@@ -338,7 +338,7 @@ def _restart_component(name: str, argv: list[str]) -> None:
         processes.stop_pid(pid)
     with open(kwok_cluster_dir() / "logs" / f"{name}.log", "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=comp["workDir"], start_new_session=True)
+                                cwd=comp["workDir"], env=processes.daemon_env(), start_new_session=True)
     pid_path.write_text(str(proc.pid))
     url, deadline = f"https://127.0.0.1:{comp['ports'][0]['port']}/healthz", time.monotonic() + WAIT_S
     while not processes.http_ok(url):

@@ -51,8 +51,8 @@ def _say(msg: str) -> None:
 def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     bins = load()
     kubectl_bin = build.binary("kubectl", bins)
-    env = dict(os.environ, KWOK_WORKDIR=str(kwok_workdir()), KWOK_KUBECTL_BINARY=str(kubectl_bin),
-               PATH=f"{kubectl_bin.parent}:{os.environ.get('PATH', '')}")
+    env = processes.daemon_env(KWOK_WORKDIR=str(kwok_workdir()), KWOK_KUBECTL_BINARY=str(kubectl_bin),
+                               PATH=f"{kubectl_bin.parent}:{os.environ.get('PATH', '')}")  # kwokctl's daemons too
     proc = subprocess.run([str(build.binary("kwokctl", bins)), *args], capture_output=True, text=True,
                           env=env, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:

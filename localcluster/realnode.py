@@ -382,7 +382,7 @@ def _start(proc: NodeProcess) -> None:
     log = log_file(proc.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     proc.pid_file().parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PATH=f"{build.binary('containerd-shim-runc-v2').parent}:{os.environ.get('PATH', '')}")
+    env = processes.daemon_env(PATH=f"{build.binary('containerd-shim-runc-v2').parent}:{os.environ.get('PATH', '')}")
     with open(log, "ab") as out:
         nice = ["nice", "-n", str(proc.nice)] if proc.nice else []
         p = subprocess.Popen([*_enter(), *nice, *_argv(proc)], stdout=out, stderr=subprocess.STDOUT,

@@ -318,14 +318,20 @@ UNGUARDED_WITHIN_S = 60
 
 
 def _start_probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str], placed: Placement,
-                 within: float = PROBE_FOR_S) -> Callable[[], str]:
+                 within: float = PROBE_FOR_S, settle: bool = False) -> Callable[[], str]:
     """Starts a pod that tries to connect to ip:PROBE_PORT for up to `within` seconds and prints OPEN as
     soon as one connection succeeds, else CLOSED; returns a function that waits for it and returns that
     word. (A network plugin programs a new pod's policy rules a moment after the pod starts, so one early
-    attempt could be refused although the pod is admitted.)"""
+    attempt could be refused although the pod is admitted.) With `settle`, the target is a new pod whose own
+    rules may come late too (kube-router programs them at its next sync, after the pod is Running): the probe
+    first waits up to SETTLE_WITHIN_S for one refused attempt, printing OPEN if none is; then every attempt of
+    its `within` seconds must be refused."""
     tries = int(within / 0.5)
-    script = (f"for i in $(seq {tries}); do if timeout 1 bash -c '</dev/tcp/{ip}/{PROBE_PORT}' 2>/dev/null; "
-              "then echo OPEN; exit 0; fi; sleep 0.5; done; echo CLOSED")
+    attempt = f"timeout 1 bash -c '</dev/tcp/{ip}/{PROBE_PORT}' 2>/dev/null"
+    script = (f"for i in $(seq {tries}); do if {attempt}; then echo OPEN; exit 0; fi; sleep 0.5; done; echo CLOSED")
+    if settle:
+        script = (f"for i in $(seq {SETTLE_WITHIN_S * 2}); do {attempt} || break; "
+                  f"[ $i = {SETTLE_WITHIN_S * 2} ] && {{ echo OPEN; exit 0; }}; sleep 0.5; done; {script}")
     pod_security = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     container_security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     kube.core.create_namespaced_pod(ns, {
@@ -406,11 +412,12 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
     probes = [_start_probe(kube, ns, "probe-inside", ip, image,
                            {"mpiplat.io/probe": "inside", JOB_LABEL: "np", ROLE_LABEL: "launcher"}, place(real=True)),
               _start_probe(kube, outsider_ns, "probe-outside", ip, image, {"mpiplat.io/probe": "outside"},
-                           place(real=True))]
+                           place(real=True), settle=True)]
     inside, outside = (probe() for probe in probes)
     assert inside == "OPEN", f"a launcher-role pod in the job's namespace could not reach {ip}:{PROBE_PORT}: {inside}"
     assert outside == "CLOSED", (f"a pod in namespace {outsider_ns} reached worker {ip}:{PROBE_PORT}: the "
-                                 "NetworkPolicies exist but are not enforced (does the cluster's CNI support them?)")
+                                 f"NetworkPolicies exist but are not enforced on the job's worker {SETTLE_WITHIN_S}s "
+                                 "after it started (does the cluster's CNI support them?)")
     phase, _ = _launcher_phase(kube, ns, "np")
     assert phase == "Running", f"the job's launcher is {phase}: a worker is gone, so CLOSED proves nothing"
     # The probe can tell: with the team's policies removed, the same outsider connects.

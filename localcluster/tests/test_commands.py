@@ -6,10 +6,11 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from mpiplat.localcluster import cluster, lifecycle, realnode
+from mpiplat.localcluster import cluster, lifecycle, processes, realnode
 
 pytestmark = pytest.mark.cluster
 
@@ -29,6 +30,18 @@ def test_status_reports_every_component_healthy(kube):
         expected |= {p.name for p in realnode.PROCESSES} | {"coredns (pod)"}
     assert set(report["components"]) == expected
     assert all(c["healthy"] for c in report["components"].values()), report
+
+
+def test_every_daemon_runs_with_the_go_runtime_settings(kube):
+    """processes.GO_RUNTIME reaches each daemon, whoever starts it: kwokctl, the real node, supervise.py."""
+    wrong = {}
+    for name, comp in cluster.status()["components"].items():
+        if comp.get("pid") and not name.endswith("(pod)"):
+            environ = dict(kv.split("=", 1) for kv in
+                           Path(f"/proc/{comp['pid']}/environ").read_text().split("\0") if "=" in kv)
+            if any(environ.get(k) != v for k, v in processes.GO_RUNTIME.items()):
+                wrong[name] = {k: environ.get(k) for k in processes.GO_RUNTIME}
+    assert not wrong, wrong
 
 
 def test_env_prints_a_working_kubeconfig(kube):
