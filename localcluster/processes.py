@@ -209,16 +209,6 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
-def set_autogroup_nice(pid: int, nice: int) -> None:
-    """Give the session of `pid` (started with start_new_session) the CPU priority `nice`. Under autogroup
-    scheduling (Debian's kernels) each session is one group, ranked by the group's nice alone, so a nice
-    argv prefix only ranks a process within its own session. No-op on a kernel without autogroups."""
-    try:
-        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
-    except FileNotFoundError:
-        pass
-
-
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -317,12 +317,10 @@ def dns_objects() -> list[dict]:
 
 @dataclass(frozen=True)
 class NodeProcess:
-    """One process of the real node; `health` is None when running is enough. `nice` lowers its CPU priority
-    (see BACKGROUND_NICE)."""
+    """One process of the real node; `health` is None when running is enough."""
 
     name: str  # also its binary's name
     health_port: int | None
-    nice: int = 0
 
     def pid_file(self) -> Path:
         return state_dir() / "pids" / f"{self.name}.pid"
@@ -333,16 +331,15 @@ class NodeProcess:
 
 
 # kube-router resyncs its whole firewall (iptables-save/restore, ipsets) after any pod change in the cluster,
-# simulated pods included: under SCALE-01's 600 pods that took about 30 s of CPU from the control plane it
-# shares two cores with here (on a real cluster it runs on the workers). At nice 10, in its own autogroup, it
-# yields the CPU and its resync requests coalesce (about 5 s); a real pod's rules still come within seconds.
-BACKGROUND_NICE = 10
+# simulated pods included (about 30 s of CPU under SCALE-01's 600 pods). It runs at the CPU priority of the
+# other daemons: niced (10, its own autogroup) it was starved under CI's load, and a new pod's rules came so
+# late that a job's first connections were refused or an outside probe got through (ISO-03, CI23 and CI24).
 
 PROCESSES = (
     NodeProcess("containerd", None),
     NodeProcess("kubelet", PORTS["kubelet-healthz"]),
     NodeProcess("kube-proxy", PORTS["kube-proxy-healthz"]),
-    NodeProcess("kube-router", PORTS["kube-router-health"], nice=BACKGROUND_NICE),
+    NodeProcess("kube-router", PORTS["kube-router-health"]),
     NodeProcess("local-path-provisioner", None),
 )
 # PersistentVolumes in directories on the real node, made by local-path-provisioner's helper pods.
@@ -384,11 +381,8 @@ def _start(proc: NodeProcess) -> None:
     proc.pid_file().parent.mkdir(parents=True, exist_ok=True)
     env = processes.daemon_env(PATH=f"{build.binary('containerd-shim-runc-v2').parent}:{os.environ.get('PATH', '')}")
     with open(log, "ab") as out:
-        nice = ["nice", "-n", str(proc.nice)] if proc.nice else []
-        p = subprocess.Popen([*_enter(), *nice, *_argv(proc)], stdout=out, stderr=subprocess.STDOUT,
+        p = subprocess.Popen([*_enter(), *_argv(proc)], stdout=out, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, cwd=node_dir(), env=env, start_new_session=True)
-    if proc.nice:
-        processes.set_autogroup_nice(p.pid, proc.nice)
     proc.pid_file().write_text(str(p.pid))
 
 
