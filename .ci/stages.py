@@ -225,10 +225,12 @@ class CommandCpu(threading.Thread):
         hz = os.sysconf("SC_CLK_TCK")
         return [(name, ticks / hz) for name, ticks in sorted(self.used.items(), key=lambda kv: -kv[1])[:count]]
 
-    def clusters(self) -> list[tuple[str, float]]:
-        """Each local cluster's daemons' CPU seconds, most first (call after top())."""
-        hz = os.sysconf("SC_CLK_TCK")
-        return [(name, ticks / hz) for name, ticks in sorted(self.by_cluster.items(), key=lambda kv: -kv[1])]
+    def clusters(self, since: list[tuple[str, float]] | None = None) -> list[tuple[str, float]]:
+        """Each local cluster's daemons' CPU seconds as of the last sample (less what `since`, an earlier
+        answer, had), most first."""
+        hz, before = os.sysconf("SC_CLK_TCK"), dict(since or [])
+        used = {name: ticks / hz - before.get(name, 0.0) for name, ticks in list(self.by_cluster.items())}
+        return sorted(((n, s) for n, s in used.items() if s > 0), key=lambda kv: -kv[1])
 
 
 # pytest's summary of a failed test (FAILED/ERROR node - message) and the suite's failed rows, after the first
@@ -300,7 +302,7 @@ def run(stages: list[Stage]) -> int:
     by_command.start()
     for stage in stages:
         say("stages", f"== stage {stage.name}: {', '.join(lane.name for lane in stage.lanes)} ({stage.why})")
-        start = time.monotonic()
+        start, stage_cpu, stage_clusters = time.monotonic(), _machine_cpu(), by_command.clusters()
         threads = [threading.Thread(target=run_lane, args=(lane, times, failed, cpu)) for lane in stage.lanes]
         for t in threads:
             t.start()
@@ -309,6 +311,10 @@ def run(stages: list[Stage]) -> int:
         took = times[f"stage {stage.name}"] = time.monotonic() - start
         say("stages", f"== stage {stage.name} {'FAILED' if failed else 'ok'} in {_minutes(took)}"
                       f" ({', '.join(f'{lane.name} {_minutes(times[lane.name])}' for lane in stage.lanes)})")
+        stage_busy, stage_idle = (now - before for now, before in zip(_machine_cpu(), stage_cpu, strict=True))
+        clusters = by_command.clusters(since=stage_clusters)
+        say("stages", f"== stage {stage.name} CPU: the machine busy {_minutes(stage_busy)}, idle {_minutes(stage_idle)}"
+                      f"; the clusters' daemons {', '.join(f'{n} {_minutes(c)}' for n, c in clusters) or 'none'}")
         if failed:
             break
     say("stages", "== times: " + "; ".join(f"{s.name} {_minutes(times[f'stage {s.name}'])}"

@@ -113,3 +113,10 @@ def test_cpu_is_told_by_cluster_from_the_state_directory_in_a_daemons_arguments(
                    check=True)
     sampler.top()
     assert 0.2 <= dict(sampler.clusters())[f"selftest-{os.getpid()}"] <= 0.6
+
+
+def test_each_stage_prints_the_machines_cpu_and_its_clusters(capsys):
+    stages = _stages()
+    assert stages.run([stages.Stage("s", "why", [stages.Lane("n", ["true"])])]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[stages] == stage s CPU:"))
+    assert "the machine busy" in line and "the clusters' daemons" in line, line
