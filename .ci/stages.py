@@ -137,6 +137,11 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def _seconds_of(used: list[tuple[str, float]]) -> str:
+    """`name time, ...` of those that used a second or more (a test's short-lived look-alike is left out)."""
+    return ", ".join(f"{name} {_minutes(s)}" for name, s in used if s >= 1) or "none"
+
+
 def _autogroup_nice(pid: int, nice: int) -> None:
     """Under autogroup scheduling (Debian's kernels) a session competes for CPU as one group, ranked by the
     group's nice; a kernel without autogroups has no such file."""
@@ -314,7 +319,7 @@ def run(stages: list[Stage]) -> int:
         stage_busy, stage_idle = (now - before for now, before in zip(_machine_cpu(), stage_cpu, strict=True))
         clusters = by_command.clusters(since=stage_clusters)
         say("stages", f"== stage {stage.name} CPU: the machine busy {_minutes(stage_busy)}, idle {_minutes(stage_idle)}"
-                      f"; the clusters' daemons {', '.join(f'{n} {_minutes(c)}' for n, c in clusters) or 'none'}")
+                      f"; the clusters' daemons {_seconds_of(clusters)}")
         if failed:
             break
     say("stages", "== times: " + "; ".join(f"{s.name} {_minutes(times[f'stage {s.name}'])}"
@@ -326,7 +331,7 @@ def run(stages: list[Stage]) -> int:
                   f"rest (the clusters' daemons) {_minutes(now_busy - busy - sum(cpu.values()))}")
     say("stages", "== CPU by command (sampled): " + ", ".join(f"{name} {_minutes(s)}" for name, s in by_command.top()))
     say("stages", "== CPU of each cluster's daemons (sampled; not the containers of its real node): "
-        + (", ".join(f"{name} {_minutes(s)}" for name, s in by_command.clusters()) or "none"))
+        + _seconds_of(by_command.clusters()))
     for what in failed:
         for n, line in enumerate(what.splitlines()):
             say("stages", f"FAILED: {line}" if n == 0 else line)
