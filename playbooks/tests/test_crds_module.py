@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -50,13 +51,25 @@ def _module(env: dict, crd: dict | None = None, *args: str, ok: bool = True, **p
 
 @pytest.fixture
 def own_crd(kube):
-    """This test's CRD name; the CRD is deleted after the test."""
+    """This test's CRD name; the CRD is deleted after the test, and gone before the next test (a deleted CRD
+    stays, Terminating but still Established, until the API server's finalizer has run: the next test's apply
+    and wait would see it, then lose it)."""
     yield NAME
     try:
         kube.apiext.delete_custom_resource_definition(NAME)
     except ApiException as err:
         if err.status != 404:
             raise
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            kube.apiext.read_custom_resource_definition(NAME)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        assert time.monotonic() < deadline, f"CRD {NAME} still there 60 s after its deletion"
+        time.sleep(0.5)
 
 
 def _live(kube) -> dict:
