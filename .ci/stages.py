@@ -185,24 +185,18 @@ class CommandCpu(threading.Thread):
         self.by_cluster.clear()
 
     @staticmethod
-    def cluster(pid: str) -> str:
-        """The local cluster whose daemon this is, from its arguments; "" for any other process."""
+    def describe(pid: str, comm: str) -> tuple[str, str]:
+        """The executable's name (for a Python process, its script's or module's) and the local cluster whose
+        daemon it is ("" for any other process), from its arguments."""
         try:
-            return cluster_of(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"))
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
-            return ""
-
-    @staticmethod
-    def command(pid: str, comm: str) -> str:
-        """The executable's name; for a Python process, its script's or module's."""
-        if not comm.startswith("python"):
-            return comm
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[1:]
-        except OSError:
-            return comm
-        args = [a for a in argv if a and not a.startswith("-")]
-        return f"python {Path(args[0]).name}" if args else comm
+            return comm, ""
+        name = comm
+        if comm.startswith("python"):
+            args = [a for a in argv[1:] if a and not a.startswith("-")]
+            name = f"python {Path(args[0]).name}" if args else comm
+        return name, cluster_of(" ".join(argv))
 
     def sample(self) -> None:
         for pid in os.listdir("/proc"):
@@ -214,7 +208,7 @@ class CommandCpu(threading.Thread):
                 continue
             comm, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
             key, ticks = (int(pid), int(fields[19])), int(fields[11]) + int(fields[12])
-            name, cluster, before = self.seen.get(key) or (self.command(pid, comm), self.cluster(pid), 0)
+            name, cluster, before = self.seen.get(key) or (*self.describe(pid, comm), 0)
             self.used[name] = self.used.get(name, 0) + ticks - before
             if cluster:
                 self.by_cluster[cluster] = self.by_cluster.get(cluster, 0) + ticks - before

@@ -136,7 +136,7 @@ def node_ns_pid() -> int:
 
 # The Go garbage collector of every daemon of a local cluster (control plane, node, controllers) runs at a
 # quarter of its default frequency: the machine is CPU-bound and has memory to spare (GC was an eighth of the
-# API server's CPU under CI's load; its heap goal grows from about 0.4 to 1 GB). GOMEMLIMIT caps each heap.
+# API server's CPU under CI's load; its heap goal grew from about 0.4 to 1.5 GB). GOMEMLIMIT caps each heap.
 GO_RUNTIME = {"GOGC": "400", "GOMEMLIMIT": "3GiB"}
 
 

@@ -317,6 +317,19 @@ PROBE_FOR_S = 10
 UNGUARDED_WITHIN_S = 60
 
 
+def _attempt(ip: str) -> str:
+    """Shell: one connection attempt to ip:PROBE_PORT, true if it connected within a second."""
+    return f"timeout 1 bash -c '</dev/tcp/{ip}/{PROBE_PORT}' 2>/dev/null"
+
+
+def _until_refused(ip: str) -> str:
+    """Shell: attempts every half second until one is refused (then goes on to what follows), printing OPEN
+    and exiting if none is within SETTLE_WITHIN_S."""
+    tries = SETTLE_WITHIN_S * 2
+    return (f"for i in $(seq {tries}); do {_attempt(ip)} || break; [ $i = {tries} ] && {{ echo OPEN; exit 0; }}; "
+            "sleep 0.5; done;")
+
+
 def _start_probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str, str], placed: Placement,
                  within: float = PROBE_FOR_S, settle: bool = False) -> Callable[[], str]:
     """Starts a pod that tries to connect to ip:PROBE_PORT for up to `within` seconds and prints OPEN as
@@ -327,11 +340,9 @@ def _start_probe(kube, ns: str, name: str, ip: str, image: str, labels: dict[str
     first waits up to SETTLE_WITHIN_S for one refused attempt, printing OPEN if none is; then every attempt of
     its `within` seconds must be refused."""
     tries = int(within / 0.5)
-    attempt = f"timeout 1 bash -c '</dev/tcp/{ip}/{PROBE_PORT}' 2>/dev/null"
-    script = (f"for i in $(seq {tries}); do if {attempt}; then echo OPEN; exit 0; fi; sleep 0.5; done; echo CLOSED")
+    script = f"for i in $(seq {tries}); do if {_attempt(ip)}; then echo OPEN; exit 0; fi; sleep 0.5; done; echo CLOSED"
     if settle:
-        script = (f"for i in $(seq {SETTLE_WITHIN_S * 2}); do {attempt} || break; "
-                  f"[ $i = {SETTLE_WITHIN_S * 2} ] && {{ echo OPEN; exit 0; }}; sleep 0.5; done; {script}")
+        script = f"{_until_refused(ip)} {script}"
     pod_security = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     container_security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     kube.core.create_namespaced_pod(ns, {
@@ -369,8 +380,7 @@ def _wait_until_enforced(kube, run, ns: str, image: str, placed: Placement) -> N
                                                      "capabilities": {"drop": ["ALL"]}},
                                  "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}})
     target = wait_pods(kube, ns, "mpiplat.io/probe=target", all_running(1), timeout=120)[0]
-    script = (f"for i in $(seq {SETTLE_WITHIN_S * 2}); do timeout 1 bash -c '</dev/tcp/{target.status.pod_ip}/"
-              f"{PROBE_PORT}' 2>/dev/null || {{ echo CLOSED; exit 0; }}; sleep 0.5; done; echo OPEN")
+    script = f"{_until_refused(target.status.pod_ip)} echo CLOSED"
     outsider = run.namespace()
     kube.core.create_namespaced_pod(outsider, {
         "apiVersion": "v1", "kind": "Pod",

@@ -20,6 +20,7 @@ from mpiplat.kube import (
     WORKLOAD,
     Kube,
     has_condition,
+    wait_gone,
 )
 
 pytestmark = pytest.mark.cluster
@@ -33,19 +34,6 @@ def _simulated():
 
 def _pods(kube: Kube, namespace: str, selector: str = "") -> list:
     return kube.core.list_namespaced_pod(namespace, label_selector=selector).items
-
-
-def _wait_gone(fn, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            fn()
-        except ApiException as err:
-            if err.status == 404:
-                return
-            raise
-        time.sleep(0.5)
-    raise TimeoutError(f"still present after {timeout}s")
 
 
 def test_openmpi_mpijob_lifecycle_hostfile_and_ssh_secret(kube, namespace):
@@ -69,8 +57,8 @@ def test_openmpi_mpijob_lifecycle_hostfile_and_ssh_secret(kube, namespace):
     assert set(secret.data) >= {"ssh-privatekey", "ssh-publickey"}
 
     kube.delete(MPIJOB, "pi", namespace)
-    _wait_gone(lambda: kube.core.read_namespaced_secret("pi-ssh", namespace), timeout=60)
-    _wait_gone(lambda: kube.core.read_namespaced_config_map("pi-config", namespace), timeout=60)
+    wait_gone(lambda: kube.core.read_namespaced_secret("pi-ssh", namespace), 60, "Secret pi-ssh")
+    wait_gone(lambda: kube.core.read_namespaced_config_map("pi-config", namespace), 60, "ConfigMap pi-config")
 
 
 def test_trainjob_on_mpi_runtime_completes_through_trainer_and_jobset(kube, namespace):

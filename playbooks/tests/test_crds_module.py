@@ -9,12 +9,13 @@ import json
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+
+from mpiplat.kube import wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP = f"t{uuid.uuid4().hex[:8]}.mpiplat.io"
@@ -60,16 +61,7 @@ def own_crd(kube):
     except ApiException as err:
         if err.status != 404:
             raise
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            kube.apiext.read_custom_resource_definition(NAME)
-        except ApiException as err:
-            if err.status == 404:
-                return
-            raise
-        assert time.monotonic() < deadline, f"CRD {NAME} still there 60 s after its deletion"
-        time.sleep(0.5)
+    wait_gone(lambda: kube.apiext.read_custom_resource_definition(NAME), 60, f"CRD {NAME}")
 
 
 def _live(kube) -> dict:

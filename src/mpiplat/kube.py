@@ -266,6 +266,22 @@ class Kube:
                            f"{timeout:.0f}s; last status: {(last or {}).get('status')}")
 
 
+def wait_gone(read: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll `read` (an API read of one object) until the API answers 404; TimeoutError naming `what` after
+    `timeout` seconds. A deleted object can stay a while (finalizers, a CRD's instances being removed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            read()
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} still there {timeout:.0f}s after its deletion")
+        time.sleep(0.5)
+
+
 def condition(obj: dict, ctype: str) -> dict | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == ctype:
