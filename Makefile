@@ -65,7 +65,7 @@ test: build
 
 # Lint and every test not marked `cluster` (unit, charts, MPI workloads, reports): no cluster needed.
 test-offline: setup
-	$(BIN)/python .ci/stages.py offline
+	$(BIN)/python .ci/stages.py lint offline
 
 lint: setup
 	$(BIN)/ruff check src localcluster conformance charts playbooks roles plugins conftest.py .ci

@@ -46,6 +46,7 @@ class Lane:
     env: dict[str, str | None] = field(default_factory=dict)  # None: unset
     cleanup: str = ""  # run when the lane ends, however it ends
     nice: int = 0  # CPU priority of its steps (each a session: an autogroup) against the other lanes'
+    after: list[str] = field(default_factory=list)  # lanes of its stage it starts after; it is skipped if one fails
 
 
 @dataclass
@@ -62,8 +63,10 @@ SITE = f"{KUBECONFIG} && ansible-playbook -i inventories/local playbooks/site.ym
 
 STAGES = [
     # The default cluster, installed by molecule `default` (it leaves the stack and the teams installed), and
-    # the fault matrix's own cluster, installed by site.yml as the README's demo does.
-    Stage("install", "the two full clusters and their stacks, and the offline tests' MPI venvs", [
+    # the fault matrix's two clusters, installed by site.yml as the README's demo does. Cluster start-up waits
+    # a good deal (a third of this stage's CPU was idle with two clusters): the third cluster and the lint
+    # use it here, not in the main stage, where every CPU-second is taken.
+    Stage("install", "the three full clusters and their stacks, the lint, and the offline tests' MPI venvs", [
         Lane("stack", ["mpiplat cluster down",
                        "mpiplat cluster up",
                        f"{KUBECONFIG} && molecule test -s default"]),
@@ -71,11 +74,16 @@ STAGES = [
                               "mpiplat cluster up",
                               SITE],
              env=FAULTS),
+        Lane("faults-2-stack", ["mpiplat cluster down",
+                                "mpiplat cluster up",
+                                SITE],
+             env=FAULTS_2),
         # The offline tests' host MPI venvs (torch's is 5.4 GB): on a cold machine their downloads and writes, made
         # beside the main stage's clusters, stalled etcd and every controller for minutes (a cold run failed so).
         # Here they come before any test; on a warm one this is instant.
         Lane("venvs", ["python -m mpiplat.conformance.workloads.mpienv --impl openmpi --impl mpich --impl intel "
                        "--impl torch"], nice=5),
+        Lane("lint", ["make --no-print-directory lint"], env={"KUBECONFIG": None}, nice=5),
     ]),
     Stage("scale", "alone, first on the fresh stack: SCALE-01 (100 jobs at once) and SCALE-02 (512 workers) time "
                    "the cluster itself (every job Running: 24.6-28.5 s, the target 60; with the fault matrix beside "
@@ -83,20 +91,17 @@ STAGES = [
         Lane("scale", [f"{KUBECONFIG} && pytest {SCALE_ROWS} --profile cluster "
                        "--report-dir reports/conformance-scale"]),
     ]),
-    Stage("main", "the fault matrix breaks its own two clusters one fault at a time (nothing else uses them): half "
-                  "of it on the cluster installed beside the default one, the other half on a third, installed "
-                  "here (8 min each on an idle machine, against 16 for the one lane before); the suite beside the "
-                  "tenancy tests and the invalid inventories (their own teams, tn-*; no job of theirs fails, so "
+    Stage("main", "the fault matrix breaks its own two clusters one fault at a time (nothing else uses them), half "
+                  "of it on each (8 min each on an idle machine, against 16 for the one lane before); the suite beside "
+                  "the tenancy tests and the invalid inventories (their own teams, tn-*; no job of theirs fails, so "
                   "MON-01 can tell its own failure); the other `cluster` tests, some of whose jobs fail, follow "
                   "them: by then MON-01, which the suite runs first, is long done. The helm lane's bare cluster and "
-                  "the CPU-bound offline tests fill the rest, at a lower CPU priority (nice 5)", [
+                  "the CPU-bound offline tests fill the rest, at a lower CPU priority (nice 5). Once the suite's and "
+                  "the tenancy tests' lanes end, the last test stops the default cluster", [
         Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider",
                         "mpiplat cluster down"],
              env=FAULTS, cleanup="mpiplat cluster down >/dev/null 2>&1"),
-        Lane("faults-2", ["mpiplat cluster down",
-                          "mpiplat cluster up",
-                          SITE,
-                          f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider",
+        Lane("faults-2", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider",
                           "mpiplat cluster down"],
              env=FAULTS_2, cleanup="mpiplat cluster down >/dev/null 2>&1"),
         Lane("suite", [f"{KUBECONFIG} && pytest conformance/suite --profile cluster --ignore={SCALE_ROWS} "
@@ -114,12 +119,11 @@ STAGES = [
                       f"{KUBECONFIG} && MPIPLAT_BUNDLE={BUNDLE} molecule test -s helm",
                       "mpiplat cluster down"],
              env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1", nice=5),
-        Lane("offline", ["make --no-print-directory lint",
-                         "MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
+        Lane("offline", ["MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
              env={"KUBECONFIG": None}, nice=5),  # never a cluster's
-    ]),
-    Stage("last", "the test that stops the cluster", [
-        Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"]),
+        # The test that stops the default cluster, once the lanes that use it have ended.
+        Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"],
+             after=["suite", "tenancy"]),
     ]),
 ]
 
@@ -240,10 +244,24 @@ E_LINES = 4
 FAILURE_LINES = 20
 
 
-def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[str, float]) -> None:
+def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[str, float],
+             ended: dict[str, threading.Event] | None = None) -> None:
+    """Runs the lane's steps in order; `ended` has an event for each lane of the stage, set as it ends."""
+    ended = ended if ended is not None else {}
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
     env = {k: v for k, v in {**env, **lane.env}.items() if v is not None}
+    for other in lane.after:
+        if other in ended:  # not when only some lanes run
+            ended[other].wait()
     start = time.monotonic()
+    if lane.after:
+        say(lane.name, f"== after {', '.join(lane.after)}")
+        gone = [name for name in lane.after if any(f.startswith(f"{name} step ") for f in failed)]
+        if gone:
+            say(lane.name, f"== skipped: {', '.join(gone)} failed")
+            times[lane.name] = 0.0
+            ended.setdefault(lane.name, threading.Event()).set()
+            return
     try:
         for number, step in enumerate(lane.steps, 1):
             say(lane.name, f"== step {number}/{len(lane.steps)}: {step}")
@@ -281,6 +299,7 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[s
         if lane.cleanup:
             subprocess.run(["bash", "-c", lane.cleanup], env=env, check=False)
         times[lane.name] = time.monotonic() - start
+        ended.setdefault(lane.name, threading.Event()).set()
 
 
 def host_speed(n: int = 10_000_000) -> float:
@@ -302,7 +321,8 @@ def run(stages: list[Stage]) -> int:
     for stage in stages:
         say("stages", f"== stage {stage.name}: {', '.join(lane.name for lane in stage.lanes)} ({stage.why})")
         start, stage_cpu, stage_clusters = time.monotonic(), _machine_cpu(), by_command.clusters()
-        threads = [threading.Thread(target=run_lane, args=(lane, times, failed, cpu)) for lane in stage.lanes]
+        ended = {lane.name: threading.Event() for lane in stage.lanes}
+        threads = [threading.Thread(target=run_lane, args=(lane, times, failed, cpu, ended)) for lane in stage.lanes]
         for t in threads:
             t.start()
         for t in threads:

@@ -26,6 +26,9 @@ def test_lanes_are_named_once_and_the_files_they_name_exist():
     stages = _stages()
     names = [lane.name for stage in stages.STAGES for lane in stage.lanes]
     assert len(names) == len(set(names)), names
+    for stage in stages.STAGES:
+        for lane in stage.lanes:
+            assert set(lane.after) <= {other.name for other in stage.lanes} - {lane.name}, (stage.name, lane.name)
     for rel in [stages.SCALE_ROWS, stages.TENANCY, stages.INVALID, *stages.SDK.split()]:
         assert (ROOT / rel).is_file(), rel
 
@@ -52,6 +55,21 @@ def test_a_failed_step_ends_its_lane_lets_the_stage_finish_and_stops_the_schedul
     assert "stage one FAILED" in out and "not-reached" not in out
     assert "FAILED: a step 2: exit 3" in out and "== times: one " in out
     assert "== CPU: the machine busy " in out and "; the steps " in out
+
+
+def test_a_lane_after_others_starts_when_they_end_and_is_skipped_if_one_failed(tmp_path, capsys):
+    stages = _stages()
+    mark = tmp_path / "a-ended"
+    schedule = [stages.Stage("one", "why", [stages.Lane("last", [f"test -e {mark} && echo saw-a"], after=["a", "b"]),
+                                            stages.Lane("a", ["sleep 0.5", f"touch {mark}"]),
+                                            stages.Lane("b", ["true"])])]
+    assert stages.run(schedule) == 0
+    assert "[last] saw-a" in capsys.readouterr().out
+    schedule = [stages.Stage("one", "why", [stages.Lane("last", ["echo never"], after=["a"]),
+                                            stages.Lane("a", ["exit 2"])])]
+    assert stages.run(schedule) == 1
+    out = capsys.readouterr().out
+    assert "[last] == skipped: a failed" in out and "never" not in out
 
 
 def test_each_step_prints_the_cpu_its_processes_used(capsys):
