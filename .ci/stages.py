@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class Stage:
 FAULTS = {"MPIPLAT_CLUSTER": "faults", "MPIPLAT_FAULT_SHARE": "1/2"}
 FAULTS_2 = {"MPIPLAT_CLUSTER": "faults-2", "MPIPLAT_FAULT_SHARE": "2/2"}
 SITE = f"{KUBECONFIG} && ansible-playbook -i inventories/local playbooks/site.yml"
+FULL_STACK = ["mpiplat cluster down", "mpiplat cluster up", SITE]  # a fresh cluster with the stack, as `make demo`
 
 STAGES = [
     # The default cluster, installed by molecule `default` (it leaves the stack and the teams installed), and
@@ -70,14 +72,8 @@ STAGES = [
         Lane("stack", ["mpiplat cluster down",
                        "mpiplat cluster up",
                        f"{KUBECONFIG} && molecule test -s default"]),
-        Lane("faults-stack", ["mpiplat cluster down",
-                              "mpiplat cluster up",
-                              SITE],
-             env=FAULTS),
-        Lane("faults-2-stack", ["mpiplat cluster down",
-                                "mpiplat cluster up",
-                                SITE],
-             env=FAULTS_2),
+        Lane("faults-stack", FULL_STACK, env=FAULTS),
+        Lane("faults-2-stack", FULL_STACK, env=FAULTS_2),
         # The offline tests' host MPI venvs (torch's is 5.4 GB): on a cold machine their downloads and writes, made
         # beside the main stage's clusters, stalled etcd and every controller for minutes (a cold run failed so).
         # Here they come before any test; on a warm one this is instant.
@@ -245,24 +241,20 @@ FAILURE_LINES = 20
 
 
 def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[str, float],
-             ended: dict[str, threading.Event] | None = None) -> None:
-    """Runs the lane's steps in order; `ended` has an event for each lane of the stage, set as it ends."""
+             ended: dict[str, Future] | None = None) -> None:
+    """Runs the lane's steps in order. `ended` has a future for each lane of the stage: whether it ran every step."""
     ended = ended if ended is not None else {}
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
     env = {k: v for k, v in {**env, **lane.env}.items() if v is not None}
-    for other in lane.after:
-        if other in ended:  # not when only some lanes run
-            ended[other].wait()
-    start = time.monotonic()
-    if lane.after:
-        say(lane.name, f"== after {', '.join(lane.after)}")
-        gone = [name for name in lane.after if any(f.startswith(f"{name} step ") for f in failed)]
+    # Waits for each lane it runs after (one not in this run is not waited for).
+    gone = [other for other in lane.after if other in ended and not ended[other].result()]
+    start, ok = time.monotonic(), False
+    try:
+        if lane.after:
+            say(lane.name, f"== after {', '.join(lane.after)}")
         if gone:
             say(lane.name, f"== skipped: {', '.join(gone)} failed")
-            times[lane.name] = 0.0
-            ended.setdefault(lane.name, threading.Event()).set()
             return
-    try:
         for number, step in enumerate(lane.steps, 1):
             say(lane.name, f"== step {number}/{len(lane.steps)}: {step}")
             began = time.monotonic()
@@ -295,11 +287,13 @@ def run_lane(lane: Lane, times: dict[str, float], failed: list[str], cpu: dict[s
             if code != 0:
                 failed.append("\n".join([f"{lane.name} step {number}: {step}", *(f"  {w}" for w in why)]))
                 return
+        ok = True
     finally:
         if lane.cleanup:
             subprocess.run(["bash", "-c", lane.cleanup], env=env, check=False)
         times[lane.name] = time.monotonic() - start
-        ended.setdefault(lane.name, threading.Event()).set()
+        if lane.name in ended:
+            ended[lane.name].set_result(ok)
 
 
 def host_speed(n: int = 10_000_000) -> float:
@@ -321,7 +315,7 @@ def run(stages: list[Stage]) -> int:
     for stage in stages:
         say("stages", f"== stage {stage.name}: {', '.join(lane.name for lane in stage.lanes)} ({stage.why})")
         start, stage_cpu, stage_clusters = time.monotonic(), _machine_cpu(), by_command.clusters()
-        ended = {lane.name: threading.Event() for lane in stage.lanes}
+        ended = {lane.name: Future() for lane in stage.lanes}
         threads = [threading.Thread(target=run_lane, args=(lane, times, failed, cpu, ended)) for lane in stage.lanes]
         for t in threads:
             t.start()
