@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -93,8 +94,9 @@ def pull_failure(pods: list) -> bool:
 
 
 def percentile(values: list[float], pct: float) -> float:
+    """The nearest-rank percentile: the smallest value with at least pct % of the values at or below it."""
     ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
+    k = max(0, min(len(ordered) - 1, math.ceil(pct / 100 * len(ordered)) - 1))
     return ordered[k]
 
 

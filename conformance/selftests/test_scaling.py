@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from mpiplat.conformance import scaling
+from mpiplat.conformance.watch import percentile
 
 # Recorded NCCL all-reduce bus bandwidth (GB/s) of a cluster that scales well, and one that does not.
 GOOD = {1: 180.0, 2: 352.0, 4: 690.0, 8: 1310.0, 16: 2380.0}
@@ -45,3 +46,11 @@ def test_svg_plot_is_well_formed_and_shows_every_point():
     root = ET.fromstring(svg)
     circles = [e for e in root.iter() if e.tag.endswith("circle")]
     assert len(circles) == len(GOOD)
+
+
+@pytest.mark.parametrize(("n", "pct", "rank"), [(10, 95, 10), (20, 95, 19), (100, 95, 95), (10, 50, 5), (200, 95, 190),
+                                                (1, 95, 1), (3, 0, 1)])
+def test_percentile_is_the_nearest_rank(n, pct, rank):
+    """JOB-06 and SCALE-01's p50/p95: of 20 submissions the p95 is the 19th, so one slow one is allowed; of 10 it
+    is the slowest."""
+    assert percentile([float(v) for v in range(n, 0, -1)], pct) == rank
