@@ -147,14 +147,16 @@ def _failed(comp: Component, err: Exception, log_path: Path) -> BuildError:
                       f"see {log_path}, then retry with `{retry}`\nlast lines of the log:\n{tail}")
 
 
-def build(only: list[str] | None = None, stream=None) -> list[str]:
-    """Build every pinned component not yet in the cache. Returns the names built."""
+def build(only: list[str] | None = None, stream=None, previous: bool = False) -> list[str]:
+    """Build every pinned component not yet in the cache (with `previous`, those with a previous pin, at that
+    version: the upgrade's starting point). Returns the names built."""
     stream = stream or sys.stdout
-    comps = load()
+    comps = load(previous=previous)
     unknown = sorted(set(only or []) - set(comps))
     if unknown:
         raise BuildError(f"unknown component(s) {', '.join(unknown)}; allowed: {', '.join(comps)}")
-    wanted = [c for c in comps.values() if c.build != "none" and (not only or c.name in only)]
+    wanted = [c for c in comps.values() if c.build != "none" and (not only or c.name in only)
+              and (not previous or "previous" in c.extra)]
     todo = [c for c in wanted if not is_built(c)]
     for c in wanted:
         if c not in todo:

@@ -115,22 +115,23 @@ class Recipe:
     # recipe's image, which is cached without it: a change to the package rebuilds that layer in seconds.
     checkout: bool = False
     on_demand: bool = False  # built only when named (--only, or a test that deploys it), not by `up`
+    previous: bool = False  # binary: the component's previous pin's (versions.yml `previous`), for an upgrade
 
     def material(self) -> dict:
         """What the cache key hashes for the recipe itself (the static source's text included); not what does not
         change its image (`checkout` adds a layer of its own key, key_of)."""
         data = asdict(self)
-        del data["checkout"], data["on_demand"]
+        del data["checkout"], data["on_demand"], data["previous"]  # previous: in the component's version
         if self.kind == "binary":
-            data["component"] = _component_of(self.source)
+            data["component"] = _component_of(self.source, self.previous)
         elif self.source:
             data["source_text"] = source_path(self).read_text()
         return data
 
 
-def _component_of(binary: str) -> str:
+def _component_of(binary: str, previous: bool = False) -> str:
     """The pinned component (name@version) that provides a built binary."""
-    comp = next(c for c in load_versions().values() if binary in c.binaries)
+    comp = next(c for c in load_versions(previous=previous).values() if binary in c.binaries)
     return f"{comp.name}@{comp.version}"
 
 
@@ -168,14 +169,16 @@ def _in_root(*argv: str) -> str:
     return 'chroot "$1" ' + shlex.join(argv)
 
 
-def _controller_recipe(component: str, binary: str, entrypoint: str) -> Recipe:
+def _controller_recipe(component: str, binary: str, entrypoint: str, previous: bool = False) -> Recipe:
     """A pinned controller binary as the image its chart (or manifest) runs: named by the component's
     first `images` entry in versions.yml (the chart's reference, so the chart runs unchanged with its
     IfNotPresent pull policy), the binary where the chart's command expects it, and the distroless
-    images' numeric non-root user (the charts ask runAsNonRoot with no runAsUser)."""
-    comp = load_versions()[component]
-    return Recipe(name=component, image=comp.expand(comp.extra["images"][0]), kind="binary", source=binary,
-                  entrypoint=(entrypoint,), user=CONTROLLER_USER)
+    images' numeric non-root user (the charts ask runAsNonRoot with no runAsUser). With `previous`, the
+    previous pin's (NAME-previous, built on demand: an upgrade's starting point)."""
+    comp = load_versions(previous=previous)[component]
+    return Recipe(name=component + ("-previous" if previous else ""), image=comp.expand(comp.extra["images"][0]),
+                  kind="binary", source=binary, entrypoint=(entrypoint,), user=CONTROLLER_USER,
+                  on_demand=previous, previous=previous)
 
 
 CONTROLLER_USER = "65532:65532"
@@ -361,17 +364,20 @@ DASHBOARD_PYPI = {
     "requests-oauthlib": "2.0.0", "starlette": "1.10.0", "typing-extensions": "4.16.0", "typing-inspection": "0.4.5",
     "tzdata": "2026.6", "urllib3": "2.8.0", "uvicorn": "0.54.0", "websocket-client": "1.9.2", "yarl": "1.25.1",
 }
+# (component, binary, entrypoint) of each controller image: where its chart's command expects the binary.
+CONTROLLERS = (("kueue", "kueue", "/manager"), ("jobset", "jobset", "/manager"),
+               ("trainer", "trainer-controller-manager", "/manager"),
+               ("mpi-operator", "mpi-operator", "/opt/mpi-operator"))
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe(name="pause", image="mpiplat.local/pause:1", kind="static", source="images/pause.c",
            entrypoint=("/pause",), user="65535:65535"),
     # The cluster's DNS (a pod behind the kube-dns Service): the pinned CoreDNS, a static Go binary.
     Recipe(name="coredns", image=f"mpiplat.local/coredns:{load_versions()['coredns'].version}", kind="binary",
            source="coredns", entrypoint=("/coredns",)),
-    # The controllers the upstream charts and manifests install, from the same binaries the host runs.
-    _controller_recipe("kueue", "kueue", "/manager"),
-    _controller_recipe("jobset", "jobset", "/manager"),
-    _controller_recipe("trainer", "trainer-controller-manager", "/manager"),
-    _controller_recipe("mpi-operator", "mpi-operator", "/opt/mpi-operator"),
+    # The controllers the upstream charts and manifests install, from the same binaries the host runs; and the
+    # previous pins' (on demand: an upgrade's starting point).
+    *(_controller_recipe(*c) for c in CONTROLLERS),
+    *(_controller_recipe(*c, previous=True) for c in CONTROLLERS),
     # Debian's Open MPI and its python3-mpi4py (built against it).
     _mpi_recipe(
         "openmpi", "Open MPI", ("mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"),
@@ -757,10 +763,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def _need_tools(r: Recipe) -> None:
     if r.kind == "binary":
-        if not binary_path(r.source).is_file():
-            component = _component_of(r.source).split("@")[0]
+        if not binary_path(r.source, load_versions(previous=r.previous)).is_file():
+            component = _component_of(r.source, r.previous).split("@")[0]
+            build = f"build --only {component}" + (" --previous" if r.previous else "")
             raise ImageError(f"building image {r.image} needs the pinned {r.source} binary: run `mpiplat cluster "
-                             f"build --only {component}`, then retry with `{_retry(r.name)}`")
+                             f"{build}`, then retry with `{_retry(r.name)}`")
         return
     tools = ("gcc",) if r.kind == "static" else ("mmdebstrap", "apt-cache")
     for tool in tools:
@@ -899,7 +906,7 @@ def _build_debian(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:
 
 
 def _build_binary(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:
-    built = binary_path(r.source)
+    built = binary_path(r.source, load_versions(previous=r.previous))
     log.write(f"$ (layer) {built} as {r.entrypoint[0]}\n".encode())
     parents = [str(d) for d in reversed(Path(r.entrypoint[0]).parents[:-1])]  # /opt for /opt/mpi-operator
     members = [(d, None) for d in _tar_dirs([*parents, *r.dirs])]
@@ -1079,7 +1086,8 @@ def ensure_built(names: Iterable[str] | None = None, stream=None) -> dict[str, P
 
 # ---------------------------------------------------------------- containerd
 
-CONTROLLER_IMAGES = ("kueue", "jobset", "trainer", "mpi-operator")  # recipes named as their charts' images
+# Recipes named as their charts' images (the previous pins' too: an upgrade's starting point).
+CONTROLLER_IMAGES = tuple(n for c, _, _ in CONTROLLERS for n in (c, f"{c}-previous"))
 
 
 def tag(ctr: list[str], image: str, target: str) -> None:

@@ -23,6 +23,7 @@ import pytest
 from mpiplat import cli
 from mpiplat.localcluster import images
 from mpiplat.localcluster.images import ImageError
+from mpiplat.versions import load as load_versions
 
 IMAGE = "mpiplat.local/test:1"
 
@@ -412,3 +413,16 @@ def test_import_skips_images_containerd_has_at_the_same_digest(cache, tmp_path, 
     calls = json.loads(state.read_text())["calls"]
     assert sum(c[:2] == ["images", "import"] for c in calls) == 1
     assert f"  present  {images.PAUSE_IMAGE}" in out.getvalue()
+
+
+def test_each_controller_has_an_on_demand_image_of_its_previous_pin():
+    """An upgrade starts from the previous pins' controllers, imaged as the current ones are: same binary and
+    entrypoint, the previous version's image name and binary, a cache key of its own."""
+    for component, binary, entrypoint in images.CONTROLLERS:
+        now, before = images.RECIPES[component], images.RECIPES[f"{component}-previous"]
+        previous = load_versions(previous=True)[component]
+        assert before.image == previous.expand(previous.extra["images"][0]) != now.image
+        assert (before.source, before.entrypoint, before.on_demand) == (binary, (entrypoint,), True)
+        assert before.material()["component"] == f"{component}@{previous.version}"
+        assert images.cache_key(before, {}) != images.cache_key(now, {})
+    assert "kueue-previous" not in [r.name for r in images._select(None)]  # `up` builds the current ones only

@@ -79,8 +79,9 @@ def images(comps: dict[str, Component], rendered: list[str]) -> list[str]:
     return sorted(set(pinned) | {i for i in found if _image_name(i) not in names})
 
 
-def make(directory: Path, log=print) -> Path:
-    comps = load()
+def make(directory: Path, log=print, previous: bool = False) -> Path:
+    """The bundle of the pins; with `previous`, of each component's previous pin where it has one."""
+    comps = load(previous=previous)
     out = Path(directory)
     if out.exists() and any(out.iterdir()):
         raise BundleError(f"bundle directory {out} is not empty; choose a new or empty directory")

@@ -45,7 +45,7 @@ def _kube(args):
 def _cluster_build(args) -> int:
     from mpiplat.localcluster.build import build
 
-    built = build(only=args.only, stream=sys.stderr if args.json else sys.stdout)
+    built = build(only=args.only, stream=sys.stderr if args.json else sys.stdout, previous=args.previous)
     if args.json:
         _print_json({"built": built})
     return 0
@@ -105,7 +105,7 @@ def _bundle(args) -> int:
             print("bundle intact" if not bad else "checksum mismatch: " + ", ".join(bad))
         return 1 if bad else 0
     else:
-        bundle.make(Path(args.dir))
+        bundle.make(Path(args.dir), previous=args.previous)
     return 0
 
 
@@ -207,6 +207,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--only", action="append", metavar="COMPONENT",
                    help="build only this component (repeatable)")
     b.add_argument("--json", action="store_true", help="print what was built as JSON")
+    b.add_argument("--previous", action="store_true",
+                   help="build the previous pins (versions.yml `previous`: where playbooks/upgrade.yml starts)")
     b.set_defaults(func=_cluster_build)
     im = csub.add_parser("images", help="build the real node's images (pause, CoreDNS, MPI bases) into the cache")
     im.add_argument("--only", action="append", metavar="NAME",
@@ -238,6 +240,8 @@ def parser() -> argparse.ArgumentParser:
     bd.add_argument("--checksums-only", action="store_true",
                     help="rewrite SHA256SUMS of an existing bundle (after adding a chart by hand)")
     bd.add_argument("--json", action="store_true", help="with --verify: print the result as JSON")
+    bd.add_argument("--previous", action="store_true",
+                    help="the previous pins' charts and manifests (versions.yml `previous`), for an upgrade's start")
     bd.set_defaults(func=_bundle)
 
     from mpiplat.conformance.catalog import AI_CONFORMANCE

@@ -49,7 +49,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MPIPLAT_CACHE", default))
 
 
-def load(path: Path = VERSIONS_FILE) -> dict[str, Component]:
+def load(path: Path = VERSIONS_FILE, previous: bool = False) -> dict[str, Component]:
+    """The components; with `previous`, each one that has a `previous` pin at that version (the upgrade's
+    starting point: its binaries, images and bundle are built as the current ones are)."""
     data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: read often
     comps = (data or {}).get("components")
     if not isinstance(comps, dict) or not comps:
@@ -66,10 +68,12 @@ def load(path: Path = VERSIONS_FILE) -> dict[str, Component]:
             raise VersionsError(f"{where}.version must look like vX.Y.Z, got {spec['version']!r}")
         if spec["build"] not in BUILD_KINDS:
             raise VersionsError(f"{where}.build is {spec['build']!r}; allowed: {', '.join(BUILD_KINDS)}")
+        if "previous" in spec and not _PIN.match(str(spec["previous"])):
+            raise VersionsError(f"{where}.previous must look like vX.Y.Z, got {spec['previous']!r}")
         known = {"version", "module", "build", "binaries", "ldflags"}
         out[name] = Component(
             name=name,
-            version=spec["version"],
+            version=spec["previous"] if previous and spec.get("previous") else spec["version"],
             module=spec["module"],
             build=spec["build"],
             binaries=dict(spec.get("binaries") or {}),
@@ -77,6 +81,9 @@ def load(path: Path = VERSIONS_FILE) -> dict[str, Component]:
             extra={k: v for k, v in spec.items() if k not in known},
         )
     return out
+
+
+_PIN = re.compile(r"^v\d+\.\d+\.\d+$")
 
 
 def _host_and_rest(image: str) -> tuple[str, str]:

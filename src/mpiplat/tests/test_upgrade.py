@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpiplat import upgrade
-from mpiplat.versions import pin
+from mpiplat.versions import VersionsError, load, pin
 
 VERSIONS = """
 components:
@@ -73,3 +73,14 @@ def test_installed_versions_are_read_from_the_controllers_images_through_a_mirro
               "quay.io/other/jobset:v9.0.0",  # another image of the same name: not JobSet's path
               "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.15.0"]
     assert upgrade.installed(images) == {"jobset": "v0.11.1", "mpi-operator": "v0.7.0", "kueue": "v0.18.2"}
+
+
+def test_the_previous_components_are_the_current_ones_at_their_previous_pins(tmp_path):
+    current, previous = load(), load(previous=True)
+    for name, comp in current.items():
+        want = comp.extra.get("previous") or comp.version
+        assert (previous[name].version, previous[name].module) == (want, comp.module), name
+    bad = tmp_path / "versions.yml"
+    bad.write_text("components:\n  jobset: {version: v0.12.0, previous: latest, module: m, build: none}\n")
+    with pytest.raises(VersionsError, match=r"components.jobset.previous must look like vX.Y.Z, got 'latest'"):
+        load(bad)
