@@ -355,14 +355,13 @@ MPI4PY = "4.1.2"  # the same pin as conformance/workloads/mpienv.py
 # The dashboard's run-time dependencies (starlette, uvicorn, python-multipart, kubernetes, jinja2, pyyaml, as
 # pyproject.toml allows them) with everything they need, resolved for the image's Python.
 DASHBOARD_PYPI = {
-    "aiohappyeyeballs": "2.7.1", "aiohttp": "3.14.5", "aiohttp-retry": "2.9.1", "aiosignal": "1.4.0",
-    "annotated-types": "0.8.0", "anyio": "4.16.0", "attrs": "26.1.0", "certifi": "2026.10.19.post1",
-    "charset-normalizer": "3.5.3", "click": "8.5.1", "durationpy": "0.11", "frozenlist": "1.8.0", "h11": "0.16.0",
-    "idna": "3.20", "jinja2": "3.1.6", "kubernetes": "37.0.2", "markupsafe": "3.0.4", "multidict": "7.2.1",
-    "oauthlib": "4.0.1", "propcache": "0.5.4", "pydantic": "2.14.4", "pydantic-core": "2.50.5",
-    "python-dateutil": "4.0.0", "python-multipart": "0.0.34", "pyyaml": "6.0.3", "requests": "2.34.2",
-    "requests-oauthlib": "2.0.0", "starlette": "1.10.0", "typing-extensions": "4.16.0", "typing-inspection": "0.4.5",
-    "tzdata": "2026.6", "urllib3": "2.8.0", "uvicorn": "0.54.0", "websocket-client": "1.9.2", "yarl": "1.25.1",
+    "anyio": "4.16.0", "certifi": "2026.10.19.post1", "cffi": "2.1.1", "charset-normalizer": "3.5.3",
+    "click": "8.5.1", "cryptography": "50.0.2", "durationpy": "0.11", "google-auth": "2.63.0", "h11": "0.16.0",
+    "idna": "3.20", "jinja2": "3.1.6", "kubernetes": "34.1.0", "markupsafe": "3.0.4", "oauthlib": "4.0.1",
+    "pyasn1": "0.6.5", "pyasn1-modules": "0.4.2", "pycparser": "3.12", "python-dateutil": "4.0.0",
+    "python-multipart": "0.0.34", "pyyaml": "6.0.4", "requests": "2.34.2", "requests-oauthlib": "2.0.0",
+    "six": "1.17.0", "starlette": "1.10.0", "typing-extensions": "4.16.0", "tzdata": "2026.6", "urllib3": "2.3.0",
+    "uvicorn": "0.54.0", "websocket-client": "1.9.2",
 }
 # (component, binary, entrypoint) of each controller image: where its chart's command expects the binary.
 CONTROLLERS = (("kueue", "kueue", "/manager"), ("jobset", "jobset", "/manager"),
