@@ -22,6 +22,7 @@ class FakeCore:
         self.calls: list[tuple[str, str]] = []
         self.on: dict[str, object] = {}
         self.pods_deleted: list[tuple[str, bool, int | None]] = []  # (namespace, was terminating, grace)
+        self.sa_after = 0  # reads of a new namespace's ServiceAccounts before its default one shows
 
     def _hook(self, what: str, name: str = "") -> None:
         self.calls.append((what, name))
@@ -42,6 +43,13 @@ class FakeCore:
             name=n, deletion_timestamp=datetime.now(UTC) if ns["terminating"] else None))
             for n, ns in self.namespaces.items() if ns["labels"].get(key) == value]
         return SimpleNamespace(items=items)
+
+    def list_namespaced_service_account(self, namespace, field_selector="", **_kw):
+        self._hook("list serviceaccounts", namespace)
+        if self.sa_after > 0:
+            self.sa_after -= 1
+            return SimpleNamespace(items=[])
+        return SimpleNamespace(items=[SimpleNamespace(metadata=SimpleNamespace(name="default"))])
 
     def delete_namespace(self, name, **_kw):
         self._hook("delete", name)
@@ -212,3 +220,11 @@ def test_a_run_knows_when_its_namespaces_are_gone(run, core, monkeypatch):
     assert run.cleanup() == [] and run.gone
     run.namespace()
     assert not run.gone
+
+
+def test_a_new_namespace_is_handed_out_once_it_has_its_default_service_account(run, core):
+    """As a team's namespace is: until the ServiceAccount controller has made it, the API refuses pods."""
+    core.sa_after = 2
+    name = run.namespace()
+    assert [c for c in core.calls if c[0] == "list serviceaccounts"] == [("list serviceaccounts", name)] * 3
+
