@@ -298,7 +298,8 @@ def test_unknown_image_lists_the_allowed_names(capsys):
     assert cli.main(["cluster", "images", "--only", "nosuch"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: unknown image 'nosuch'; allowed: pause, coredns, kueue, jobset, trainer, "
-                          "mpi-operator, openmpi, mpich, intel")
+                          "mpi-operator, kueue-previous, jobset-previous, trainer-previous, mpi-operator-previous, "
+                          "openmpi, mpich, intel")
     assert len(err.strip().splitlines()) == 1
 
 
@@ -335,7 +336,7 @@ def test_controller_images_are_named_by_the_pin_and_run_as_upstream_images_do():
 def test_a_binary_image_has_the_binary_at_its_entrypoint_under_its_parent_dirs(cache, tmp_path, monkeypatch):
     fake = tmp_path / "mpi-operator"
     fake.write_bytes(b"#!/bin/sh\n")
-    monkeypatch.setattr(images, "binary_path", lambda name: fake)
+    monkeypatch.setattr(images, "binary_path", lambda name, components=None: fake)
     r = images.recipe("mpi-operator")
     path = images.build_image(r, "k", io.BytesIO())
     files = _blobs(path)

@@ -212,7 +212,8 @@ def parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_cluster_build)
     im = csub.add_parser("images", help="build the real node's images (pause, CoreDNS, MPI bases) into the cache")
     im.add_argument("--only", action="append", metavar="NAME",
-                    help="build only this image: pause, coredns, openmpi, mpich or intel (repeatable)")
+                    help="build only this image (repeatable): pause, coredns, a controller (kueue, jobset, trainer, "
+                         "mpi-operator, or NAME-previous for its previous pin), openmpi, mpich, intel, dashboard")
     im.add_argument("--json", action="store_true", help="print the images (cache paths, built or cached) as JSON")
     im.set_defaults(func=_cluster_images)
     u = csub.add_parser("up", help="start the cluster (idempotent)")
