@@ -4,13 +4,12 @@ namespaces, and the environment for running playbooks against the cluster."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 import pytest
 from kubernetes import client
 
-from mpiplat.kube import Kube
+from mpiplat.kube import Kube, wait_default_service_account
 from mpiplat.localcluster import cluster
 
 
@@ -29,13 +28,8 @@ def namespace(kube: Kube):
     name = f"lc-{uuid.uuid4().hex[:8]}"
     kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name=name, labels={"mpiplat.io/test": "localcluster"})))
-    # Pods are refused ("serviceaccount default not found") until kube-controller-manager has made it: under load
-    # that took seconds and failed a test that created a pod at once.
-    deadline = time.monotonic() + 120
-    while not kube.core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"namespace {name} got no default ServiceAccount in 120 s (kube-controller-manager?)")
-        time.sleep(0.2)
+    # Under load the default ServiceAccount took seconds, and failed a test that created a pod at once.
+    wait_default_service_account(kube.core, name, 120)
     yield name
     kube.core.delete_namespace(name)
 

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat.conformance.settings import Settings, Team
-from mpiplat.kube import LOCALQUEUE, Kube
+from mpiplat.kube import LOCALQUEUE, Kube, wait_default_service_account
 
 RUN_LABEL = "mpiplat.io/conformance-run"
 TEAM_LABEL = "mpiplat.io/team"
@@ -103,20 +103,11 @@ class Run:
             self.kube.create(LOCALQUEUE, {"apiVersion": LOCALQUEUE.api_version, "kind": "LocalQueue",
                                           "metadata": {"name": "lq", "namespace": name},
                                           "spec": {"clusterQueue": team.cluster_queue}})
-        self._wait_usable(name)
+        # As a team's namespace: with its default ServiceAccount, so that the API takes its pods (JOB-06's first
+        # job in a new namespace took 35 s to run while the operator backed off, the next ones 1-3 s). Set-up,
+        # not a row's wait: not scaled by wait_scale.
+        wait_default_service_account(self.kube.core, name, 60, _request_timeout=REQUEST_TIMEOUT_S)
         return name
-
-    def _wait_usable(self, name: str, timeout: float = 60) -> None:
-        """Wait until the namespace has its default ServiceAccount, as a team's namespace has: until then the API
-        refuses its pods, and an operator that retries them backs off (JOB-06's first job in a new namespace
-        took 35 s to run, the next ones 1-3 s). Not scaled by wait_scale: this is set-up, not a row's wait."""
-        deadline = time.monotonic() + timeout
-        while not self.kube.core.list_namespaced_service_account(
-                name, field_selector="metadata.name=default", _request_timeout=REQUEST_TIMEOUT_S).items:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"namespace {name} got no default ServiceAccount in {timeout:.0f}s: the cluster's "
-                                   "ServiceAccount controller (kube-controller-manager) is not keeping up")
-            time.sleep(0.2)
 
     def record(self, requirement: str, name: str, value: float, unit: str = "", target: float | None = None,
                better: str = "lower") -> Figure:

@@ -129,6 +129,11 @@ class Recipe:
         return data
 
 
+def _binary_of(r: Recipe) -> Path:
+    """Where `mpiplat cluster build` (with --previous for a previous pin's recipe) puts a binary recipe's binary."""
+    return binary_path(r.source, load_versions(previous=r.previous))
+
+
 def _component_of(binary: str, previous: bool = False) -> str:
     """The pinned component (name@version) that provides a built binary."""
     comp = next(c for c in load_versions(previous=previous).values() if binary in c.binaries)
@@ -762,7 +767,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def _need_tools(r: Recipe) -> None:
     if r.kind == "binary":
-        if not binary_path(r.source, load_versions(previous=r.previous)).is_file():
+        if not _binary_of(r).is_file():
             component = _component_of(r.source, r.previous).split("@")[0]
             build = f"build --only {component}" + (" --previous" if r.previous else "")
             raise ImageError(f"building image {r.image} needs the pinned {r.source} binary: run `mpiplat cluster "
@@ -905,7 +910,7 @@ def _build_debian(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:
 
 
 def _build_binary(r: Recipe, work: Path, log: BinaryIO) -> list[Layer]:
-    built = binary_path(r.source, load_versions(previous=r.previous))
+    built = _binary_of(r)
     log.write(f"$ (layer) {built} as {r.entrypoint[0]}\n".encode())
     parents = [str(d) for d in reversed(Path(r.entrypoint[0]).parents[:-1])]  # /opt for /opt/mpi-operator
     members = [(d, None) for d in _tar_dirs([*parents, *r.dirs])]

@@ -266,6 +266,18 @@ class Kube:
                            f"{timeout:.0f}s; last status: {(last or {}).get('status')}")
 
 
+def wait_default_service_account(core: client.CoreV1Api, namespace: str, timeout: float, **kw) -> None:
+    """Wait until `namespace` has its default ServiceAccount (kube-controller-manager makes it): until then the
+    API refuses the namespace's pods ("serviceaccount default not found"), and an operator that retries them backs
+    off. `kw` goes to each list call (e.g. _request_timeout). TimeoutError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not core.list_namespaced_service_account(namespace, field_selector="metadata.name=default", **kw).items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"namespace {namespace} got no default ServiceAccount in {timeout:.0f}s: the cluster's "
+                               "ServiceAccount controller (kube-controller-manager) is not keeping up")
+        time.sleep(0.2)
+
+
 def wait_gone(read: Callable[[], object], timeout: float, what: str) -> None:
     """Poll `read` (an API read of one object) until the API answers 404; TimeoutError naming `what` after
     `timeout` seconds. A deleted object can stay a while (finalizers, a CRD's instances being removed)."""

@@ -8,19 +8,17 @@ the version to go through first. The playbook's preflight (playbooks/upgrade.yml
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from mpiplat.errors import MpiplatError
-from mpiplat.versions import VERSIONS_FILE, pin, split_image
+from mpiplat.versions import VERSIONS_FILE, pin, split_image, version_tuple
 
 # The components an upgrade moves, in the order it moves them: JobSet before Trainer, which runs on it; the
 # MPI Operator before Kueue, whose MPIJob integration calls it.
 COMPONENTS = ("jobset", "trainer", "mpi-operator", "kueue")
 VERSION_VARS = {"jobset": "jobset_version", "trainer": "kubeflow_trainer_version",
                 "mpi-operator": "mpi_operator_version", "kueue": "kueue_version"}  # the roles' overrides
-_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 
 
 class UpgradeRefused(MpiplatError, ValueError):
@@ -49,10 +47,10 @@ class Change:
 
 
 def _parts(version: str) -> tuple[int, int, int]:
-    match = _VERSION.match(version)
-    if not match:
+    parts = version_tuple(version)
+    if parts is None:
         raise UpgradeRefused(f"version {version!r} does not look like vX.Y.Z")
-    return int(match[1]), int(match[2]), int(match[3])
+    return parts
 
 
 def installed(images: list[str], path: Path = VERSIONS_FILE) -> dict[str, str]:
@@ -71,7 +69,7 @@ def installed(images: list[str], path: Path = VERSIONS_FILE) -> dict[str, str]:
             if not (image_path == want or image_path.endswith("/" + want)) or not tag:
                 continue
             version = tag if template.startswith("v") else f"v{tag}"
-            if _VERSION.match(version) and (name not in found or _parts(version) < _parts(found[name])):
+            if version_tuple(version) and (name not in found or _parts(version) < _parts(found[name])):
                 found[name] = version
     return found
 

@@ -83,7 +83,13 @@ def load(path: Path = VERSIONS_FILE, previous: bool = False) -> dict[str, Compon
     return out
 
 
-_PIN = re.compile(r"^v\d+\.\d+\.\d+$")
+_PIN = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+
+
+def version_tuple(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a "vX.Y.Z" version; None for anything else."""
+    match = _PIN.match(version)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
 
 
 def _host_and_rest(image: str) -> tuple[str, str]:
