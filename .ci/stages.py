@@ -81,9 +81,8 @@ STAGES = [
                        "--impl torch"], nice=5),
         Lane("lint", ["make --no-print-directory lint"], env={"KUBECONFIG": None}, nice=5),
     ]),
-    Stage("scale", "alone, first on the fresh stack: SCALE-01 (100 jobs at once) and SCALE-02 (512 workers) time "
-                   "the cluster itself (every job Running: 24.6-28.5 s, the target 60; with the fault matrix beside "
-                   "it, admitted p95 4.8-8.3 s against 10)", [
+    Stage("scale", "alone, first on the fresh stack: SCALE-01 (the local profile's 50 jobs at once) and SCALE-02 "
+                   "(256 workers) time the cluster itself (docs/localcluster.md \"At scale\")", [
         Lane("scale", [f"{KUBECONFIG} && pytest {SCALE_ROWS} --profile cluster "
                        "--report-dir reports/conformance-scale"]),
     ]),

@@ -130,13 +130,14 @@ def test_local_conformance_settings_agree_with_the_local_inventory(tmp_path):
     written = settings.parse(yaml.safe_load(_ansible_template(
         tmp_path, REPO / "playbooks/templates/conformance-settings.yml.j2")))
     local = settings.load(settings.LOCAL)
-    for key in ("pods_ready_timeout_s", "min_workers", "max_workers", "scale_jobs"):
+    for key in ("pods_ready_timeout_s", "min_workers", "max_workers", "scale_jobs", "scale_workers"):
         assert local.thresholds[key] == written.thresholds[key], \
             f"conformance/settings/local.yml thresholds.{key} disagrees with inventories/local"
     assert written.thresholds["pods_ready_timeout_s"] == 60 + 30  # the 60s timeout + margin
     assert (written.thresholds["min_workers"], written.thresholds["max_workers"]) == \
         (LOCAL["guardrails_min_workers"], LOCAL["guardrails_max_workers"])
-    assert written.thresholds["scale_jobs"] == LOCAL["mpiplat_conformance_thresholds"]["scale_jobs"] == 100
+    assert written.thresholds["scale_jobs"] == LOCAL["mpiplat_conformance_thresholds"]["scale_jobs"] == 50
+    assert written.thresholds["scale_workers"] == LOCAL["mpiplat_conformance_thresholds"]["scale_workers"] == 256
     # The jobs' images: the local ones for every MPI implementation (the real node pulls from no registry).
     assert local.images == written.images, "conformance/settings/local.yml images disagree with inventories/local"
     assert LOCAL["mpiplat_conformance_images"] == {impl: f"mpiplat.local/{impl.lower()}:1"
