@@ -18,6 +18,7 @@ from mpiplat.conformance.watch import (
     all_running,
     condition_times,
     percentile,
+    pods_left,
     pull_failure,
     run_workload_job,
     submit,
@@ -216,7 +217,10 @@ def test_worker_counts_and_slots_are_honoured(kube, run, settings, mpijob_spec, 
         hostfile = kube.core.read_namespaced_config_map(f"{name}-config", ns).data["hostfile"].splitlines()
         assert hostfile == [f"{name}-worker-{i}.{name}.{ns}.svc slots=3" for i in range(workers)], hostfile
     finally:
-        kube.delete(MPIJOB, name, ns)  # the largest job's pods go at once, not with the namespace
+        # The largest job's pods go at once, not with the namespace, and before the next row: JOB-06's first job
+        # waited 30 s behind these 512 pods' deletion on a slow host (CI34).
+        kube.delete(MPIJOB, name, ns)
+        pods_left(kube, [ns], f"{JOB_LABEL}={name}", 120)
 
 
 @pytest.mark.requirement("JOB-06")

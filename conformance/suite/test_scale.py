@@ -15,6 +15,7 @@ from mpiplat.conformance.watch import (
     all_running,
     condition_times,
     percentile,
+    pods_left,
     submit,
     submit_job,
     wait_pods,
@@ -33,18 +34,6 @@ def _peak(spans: list[tuple[float, float]]) -> int:
         open_now += step
         most = max(most, open_now)
     return most
-
-
-def _workers_left(kube, namespaces: list[str], timeout: float) -> int:
-    """Wait until the namespaces hold no worker pod (the operator deletes a finished job's workers,
-    cleanPodPolicy Running) or kube.waited(timeout) passes; returns how many are left."""
-    end = kube.deadline(timeout)
-    while True:
-        left = sum(len(kube.core.list_namespaced_pod(ns, label_selector=f"{ROLE_LABEL}=worker").items)
-                   for ns in namespaces)
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(1)
 
 
 def _release(kube, namespace: str, pod: str) -> None:
@@ -104,7 +93,7 @@ def test_many_concurrent_mpijobs_across_namespaces_all_complete(kube, run, setti
         workload_watch.wait_for([(ns, name, "Admitted") for ns, name in keys], timeout=kube.waited(10))
         # The row ends when the finished jobs' workers are gone, so the next timed row does not pay for them.
         ended = time.monotonic()
-        workers_left = _workers_left(kube, namespaces, 120)
+        workers_left = pods_left(kube, namespaces, f"{ROLE_LABEL}=worker", 120)
         workers_gone_s = time.monotonic() - ended
     finally:
         job_watch.stop()
