@@ -658,6 +658,26 @@ def up(say: Callable[[str], None], image_registry: str = "") -> None:
         f"{', '.join(p.name for p in PROCESSES)}; CoreDNS pod)")
 
 
+def check_running() -> None:
+    """Refuse unless this cluster's real node (its containerd) is running."""
+    if not process_running("containerd"):
+        raise ClusterError(f"cluster {instance()} has no running real node to load images into: run "
+                           "`mpiplat cluster up` first (not --no-real-node)")
+
+
+def load_images(names: list[str] | None, image_registry: str = "", stream=None) -> list[str]:
+    """Import the named images (all by default; built first when missing) into the running node's
+    containerd, and name the controllers' also as `image_registry` does (images.tag_mirrored); e.g. the
+    previous pins' controller images before playbooks/upgrade.yml's first install. Returns the names imported."""
+    from mpiplat.localcluster import images
+
+    check_running()
+    imported = images.import_into(ctr(), names, stream=stream)
+    if image_registry:
+        images.tag_mirrored(ctr(), image_registry, stream=stream)
+    return imported
+
+
 def _ours(pid: int) -> bool:
     """Whether a process belongs to this node (its command line names the node's directory)."""
     try:

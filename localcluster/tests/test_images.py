@@ -303,6 +303,21 @@ def test_unknown_image_lists_the_allowed_names(capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+def test_load_refuses_a_mirror_without_load_and_a_cluster_without_a_real_node(cache, monkeypatch, capsys):
+    """`cluster images --load` imports into a running real node only; --image-registry goes with --load. Both
+    refusals come before any build (the fake build would record it)."""
+    built: list = []
+    _fake_build(monkeypatch, built)
+    monkeypatch.setenv("MPIPLAT_STATE", str(cache.parent / "state"))  # no cluster's pid files there
+    assert cli.main(["cluster", "images", "--only", "pause", "--image-registry", "mirror.example.com/x"]) == 1
+    assert capsys.readouterr().err == ("error: --image-registry names the images that --load imports into the real "
+                                       "node: give --load too\n")
+    assert cli.main(["cluster", "images", "--only", "pause", "--load"]) == 1
+    assert capsys.readouterr().err == ("error: cluster mpiplat has no running real node to load images into: run "
+                                       "`mpiplat cluster up` first (not --no-real-node)\n")
+    assert built == []
+
+
 def test_local_images_cover_every_implementation_the_job_builder_knows():
     from mpiplat.jobs import IMPLEMENTATIONS
 

@@ -52,9 +52,16 @@ def _cluster_build(args) -> int:
 
 
 def _cluster_images(args) -> int:
+    from mpiplat.localcluster import realnode
     from mpiplat.localcluster.images import build
 
+    if args.image_registry and not args.load:
+        raise MpiplatError("--image-registry names the images that --load imports into the real node: give --load too")
+    if args.load:
+        realnode.check_running()  # before any build
     results = build(names=args.only, stream=sys.stderr if args.json else sys.stdout)
+    if args.load:
+        realnode.load_images(args.only, args.image_registry or "", stream=sys.stderr if args.json else sys.stdout)
     if args.json:
         _print_json({"images": [{"name": r.name, "image": r.image, "path": str(r.path), "key": r.key,
                                  "built": r.built, "seconds": r.seconds, "bytes": r.size} for r in results]})
@@ -215,6 +222,11 @@ def parser() -> argparse.ArgumentParser:
                     help="build only this image (repeatable): pause, coredns, a controller (kueue, jobset, trainer, "
                          "mpi-operator, or NAME-previous for its previous pin), openmpi, mpich, intel, dashboard")
     im.add_argument("--json", action="store_true", help="print the images (cache paths, built or cached) as JSON")
+    im.add_argument("--load", action="store_true",
+                    help="also import them into the running cluster's real node (MPIPLAT_CLUSTER selects the "
+                         "cluster), e.g. the NAME-previous controller images before the previous pins' install")
+    im.add_argument("--image-registry", metavar="REGISTRY",
+                    help="with --load: also name the controller images as this mirror does (as `up` does)")
     im.set_defaults(func=_cluster_images)
     u = csub.add_parser("up", help="start the cluster (idempotent)")
     u.add_argument("--node-pools", metavar="FILE", help="node-pool spec (default: the packaged nodepools.yml)")
