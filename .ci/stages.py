@@ -116,9 +116,10 @@ STAGES = [
              env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1", nice=5),
         Lane("offline", ["MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
              env={"KUBECONFIG": None}, nice=5),  # never a cluster's
-        # The test that stops the default cluster, once the lanes that use it have ended.
+        # The test that stops the default cluster and checks the host is as `up` found it: once the lanes that use
+        # it have ended, and every other real node too (their kubelets set the same host sysctls: CI34C).
         Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"],
-             after=["suite", "tenancy"]),
+             after=["suite", "tenancy", "helm", "faults", "faults-2"]),
     ]),
 ]
 
