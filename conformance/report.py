@@ -108,7 +108,8 @@ def _identity_rows(data: dict) -> list[tuple[str, str]]:
     c = m.get("cluster") or {}
     return [("API server", str(c.get("server", "?"))), ("Kubernetes", str(c.get("version", "?"))),
             ("context", str(c.get("context") or "-")), ("nodes", _nodes(m)), ("controllers", _controllers(m)),
-            ("run", f"{m.get('run_id')} on {m.get('started')}, profile {m.get('profile')}, "
+            ("run", f"{m.get('run_id')} on {m.get('started')}, profile {m.get('profile')}"
+                    + (f" --phase {m['phase']}" if m.get("phase") else "") + ", "
                     f"{m.get('duration_s', 0):.0f} s"),
             ("settings", str(m.get("settings", "-"))),
             ("waits", f"x{m['wait_scale']:g} (timeouts.wait_scale)" if "wait_scale" in m else "-"),

@@ -40,6 +40,7 @@ class Settings:
     capabilities: dict[str, bool]
     thresholds: dict[str, float]
     gpu_benchmark: dict = field(default_factory=dict)
+    upgrade: dict = field(default_factory=dict)
     storage: dict = field(default_factory=dict)
     prometheus: dict = field(default_factory=dict)
     timeouts: dict = field(default_factory=dict)
@@ -58,6 +59,8 @@ class Settings:
             base += len(self.gpu_benchmark["nodes"]) * self.gpu_benchmark["job_timeout_s"]
         elif requirement == "PERF-03":  # 1 and 4 workers
             base += 2 * self.gpu_benchmark["job_timeout_s"]
+        elif requirement.startswith("UPG-"):  # a job of --phase before may run this long yet
+            base += self.upgrade["job_seconds"]
         scale = {"SCALE-01": "scale_jobs", "SCALE-02": "scale_workers"}.get(requirement)
         if scale:
             base *= max(1.0, t[scale] / THRESHOLDS[scale].default)
@@ -103,6 +106,7 @@ def parse(data: dict, source: str = "<settings>") -> Settings:
         capabilities=dict(data.get("capabilities", {})),
         thresholds=thresholds,
         gpu_benchmark=gpu_benchmark,
+        upgrade={**_defaults(props["upgrade"]), **data.get("upgrade", {})},
         storage={**_defaults(props["storage"]), **data.get("storage", {})},
         prometheus=dict(data.get("prometheus", {})),
         timeouts={**_defaults(props["timeouts"]), **data.get("timeouts", {})},

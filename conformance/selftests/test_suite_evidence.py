@@ -283,3 +283,40 @@ def test_a_strict_run_exits_1_when_a_row_shows_less_than_the_profile_expects(tmp
         .replace('mpijob_spec("a", "ns")', 'mpijob_spec("a", "ns", real=True)')
     proc, _ = _run(tmp_path, "--only=JOB-01,JOB-04", "--strict-verdicts", tests=real_only)
     assert proc.returncode == 0 and "strict:" not in proc.stdout, proc.stdout + proc.stderr
+
+
+PHASE_TESTS = HEADER + '''
+@pytest.mark.phase("before")
+@pytest.mark.requirement("UPG-01")
+def test_before(evidence):
+    evidence.partial("recorded, to be judged after")
+
+
+@pytest.mark.phase("after")
+@pytest.mark.requirement("UPG-01")
+def test_after():
+    pass
+
+
+@pytest.mark.requirement("JOB-01")
+def test_other():
+    pass
+'''
+
+
+def test_the_upgrade_profile_runs_one_phase_and_no_other_profile_runs_its_rows(tmp_path):
+    proc, out = _run(tmp_path, "--profile=upgrade", "--phase=before", tests=PHASE_TESTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    reqs = results["requirements"]
+    assert [t["name"] for t in reqs["UPG-01"]["tests"]] == ["test_before"] and reqs["UPG-01"]["status"] == "partial"
+    assert reqs["JOB-01"]["message"] == "not run: profile upgrade (the row's where: sim + real)"
+    assert reqs["UPG-07"]["message"] == "not run: no test of the row runs in --phase before"
+    assert results["meta"]["phase"] == "before" and "profile upgrade --phase before" in (out / "report.md").read_text()
+    proc, out = _run(tmp_path, tests=PHASE_TESTS)  # --profile=cluster
+    reqs = json.loads((out / "results.json").read_text())["requirements"]
+    assert reqs["UPG-01"]["message"] == "not run: profile cluster (the row's where: upgrade)", proc.stdout
+    assert reqs["JOB-01"]["status"] == "passed"
+    for args in (["--profile=upgrade"], ["--phase=after"]):
+        proc, _ = _run(tmp_path, *args, tests=PHASE_TESTS)
+        assert proc.returncode == 4 and "--phase before|after goes with --profile upgrade" in proc.stderr, proc.stderr

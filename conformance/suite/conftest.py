@@ -1,8 +1,9 @@
 """The conformance suite's pytest plugin: options, requirement ids, capabilities, throwaway
 namespaces, per-test timeouts, evidence, figures, reports and the handover tarball.
 
-    pytest conformance/suite [--kubeconfig K] [--context C] [--profile simulated|cluster|gpu|preflight]
-        [--settings FILE] [--only IDS] [--fail-fast-rows] [--keep] [--report-dir D] [--capability NAME=true|false]
+    pytest conformance/suite [--kubeconfig K] [--context C] [--profile simulated|cluster|gpu|preflight|upgrade]
+        [--phase before|after] [--settings FILE] [--only IDS] [--fail-fast-rows] [--keep] [--report-dir D]
+        [--capability NAME=true|false]
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ PROFILES = {
     "preflight": lambda where: False,  # only tests marked read_only
     "simulated": lambda where: "sim" in where,
     "cluster": lambda where: "sim" in where or "real" in where,
-    "gpu": lambda where: True,
+    "gpu": lambda where: where != "upgrade",
+    "upgrade": lambda where: where == "upgrade",  # in two phases, around an upgrade of the stack (test_upgrade.py)
 }
+PHASES = ("before", "after")
 
 
 @dataclass
@@ -67,6 +70,8 @@ def pytest_addoption(parser):
     g.addoption("--context", help="kubeconfig context (default: the current context)")
     g.addoption("--profile", default="simulated", choices=sorted(PROFILES),
                 help="which requirements run (default simulated)")
+    g.addoption("--phase", choices=PHASES,
+                help="profile upgrade: before the stack's upgrade (submit and record jobs) or after it (judge them)")
     g.addoption("--settings", help="settings file (default conformance/settings/local.yml)")
     g.addoption("--only", help="comma-separated requirement ids, e.g. JOB-01,FAIL-03")
     g.addoption("--fail-fast-rows", action="store_true",
@@ -86,6 +91,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "requirement(id, needs=[]): the catalog id a test proves")
     config.addinivalue_line("markers", "read_only: the test changes nothing (runs in the preflight profile)")
+    config.addinivalue_line("markers", "phase(name): the upgrade profile's phase the test runs in (before, after)")
     config.addinivalue_line("markers", "before_failures: the test reads a cluster-wide failure signal (runs before "
                                        "the tests whose jobs fail)")
     # SIGTERM ends the run like Ctrl-C, so fixtures' cleanup runs; and Ctrl-C works even when the
@@ -128,7 +134,10 @@ def _requirement(item) -> tuple[str, list[str]] | None:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects: the suite's tests are `cluster` tests
 def pytest_collection_modifyitems(config, items):
-    profile = config.getoption("--profile")
+    profile, phase = config.getoption("--profile"), config.getoption("--phase")
+    if (profile == "upgrade") != bool(phase):
+        raise pytest.UsageError("--phase before|after goes with --profile upgrade, and only with it: "
+                                f"got --profile {profile} and --phase {phase or '(none)'}")
     only = {i.strip().upper() for i in (config.getoption("--only") or "").split(",") if i.strip()}
     unknown = only - set(catalog.REQUIREMENTS)
     if unknown:
@@ -152,14 +161,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(settings.test_timeout_s(rid)))
         where = catalog.REQUIREMENTS[rid]["where"]
         in_profile = PROFILES[profile](where) or (profile == "preflight" and item.get_closest_marker("read_only"))
+        marked = item.get_closest_marker("phase")
+        in_profile = in_profile and (marked.args[0] if marked else None) == phase
         (keep if in_profile and (not only or rid in only) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = sorted(keep, key=lambda i: not i.get_closest_marker("before_failures"))  # stable: else as collected
-    state(config).not_run = _not_run(profile, only, {_requirement(i)[0] for i in keep if SUITE in i.path.parents})
+    state(config).not_run = _not_run(profile, only, {_requirement(i)[0] for i in keep if SUITE in i.path.parents},
+                                     phase)
 
 
-def _not_run(profile: str, only: set[str], kept: set[str]) -> dict[str, str]:
+def _not_run(profile: str, only: set[str], kept: set[str], phase: str | None = None) -> dict[str, str]:
     """Why each catalog row without a selected test is not run (the report lists every row)."""
     why = {}
     for rid, row in catalog.REQUIREMENTS.items():
@@ -171,6 +183,8 @@ def _not_run(profile: str, only: set[str], kept: set[str]) -> dict[str, str]:
             why[rid] = "profile preflight: it runs read-only tests only, and this row has none"
         elif not PROFILES[profile](row["where"]):
             why[rid] = f"profile {profile} (the row's where: {row['where']})"
+        elif phase:
+            why[rid] = f"no test of the row runs in --phase {phase}"
         else:
             why[rid] = "no test selected"
     return why
@@ -305,9 +319,11 @@ def _read_only(*_args, **_kwargs):
 
 
 def _test_namespaces(item) -> list[str]:
-    """The namespaces the run created while `item` ran (from its setup on)."""
+    """The namespaces the run created while `item` ran (from its setup on), and those it says it used
+    (`item._mpiplat_namespaces_used`: the upgrade profile's, which outlives a run)."""
     run = state(item.config).run
-    return run.namespaces[getattr(item, "_mpiplat_namespaces_from", 0):] if run else []
+    made = run.namespaces[getattr(item, "_mpiplat_namespaces_from", 0):] if run else []
+    return made + list(getattr(item, "_mpiplat_namespaces_used", []))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -430,6 +446,7 @@ def pytest_sessionfinish(session, exitstatus):
     settings = state(config).settings
     kube = state(config).kube
     meta = {"run_id": run.id if run else None, "started": report.now(), "profile": config.getoption("--profile"),
+            "phase": config.getoption("--phase"),
             "cluster": state(config).cluster, "settings": settings.source,
             "capabilities": state(config).capabilities, "thresholds": settings.thresholds,
             "wait_scale": settings.timeouts["wait_scale"], "differing": catalog.differing(settings.thresholds),

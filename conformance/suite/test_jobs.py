@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import re
 import time
 
@@ -10,7 +9,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from mpiplat import jobs
-from mpiplat.conformance import identity, placement, workloads
+from mpiplat.conformance import identity, placement, runtimes, workloads
 from mpiplat.conformance.health import api_message
 from mpiplat.conformance.watch import (
     JOB_LABEL,
@@ -27,7 +26,7 @@ from mpiplat.conformance.watch import (
 )
 from mpiplat.conformance.workloads import results
 from mpiplat.diagnose import diagnose, stuck_launcher
-from mpiplat.kube import MPIJOB, TRAINJOB, Kind, has_condition
+from mpiplat.kube import MPIJOB, TRAINJOB, has_condition
 
 IMPLEMENTATIONS = [
     pytest.param("OpenMPI", "{host} slots={slots}", marks=pytest.mark.requirement("JOB-01"), id="OpenMPI"),
@@ -71,57 +70,6 @@ def test_mpijob_runs_created_running_succeeded_with_full_hostfile(kube, run, cap
         results.assert_passed(results.parse(log), "allreduce", ranks=4)
 
 
-CLUSTER_TRAINING_RUNTIME = Kind("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
-TRAINING_RUNTIME = Kind("trainer.kubeflow.org", "v1alpha1", "trainingruntimes")
-# Labels JobSet puts on a TrainJob's pods (the JobSet has the TrainJob's name).
-JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-
-
-def _runtime_copy(kube, runtime: str, namespace: str, image: str) -> None:
-    """A TrainingRuntime `runtime` in `namespace`: the installed ClusterTrainingRuntime's spec (its MPI policy,
-    replicated jobs, users, sshd command, SSH mount path) with the image of its `node` containers set to `image`.
-
-    Needed because Trainer v2.3 sets a TrainJob's image on the launcher only (trainer.image reaches the job
-    labelled trainjob-ancestor-step=trainer) and a runtime patch cannot set an image (its containers take env,
-    volumeMounts and securityContext): the node pods of the ClusterTrainingRuntime itself always run its
-    own image (ghcr.io/kubeflow/trainer/...-runtime), which a cluster without that registry cannot pull."""
-    installed = kube.get(CLUSTER_TRAINING_RUNTIME, runtime)
-    spec = copy.deepcopy(installed["spec"])
-    replaced = []
-    for rjob in spec["template"]["spec"]["replicatedJobs"]:
-        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
-            if container["name"] == jobs.TRAINER_CONTAINER:
-                container["image"] = image
-                replaced.append(rjob["name"])
-    assert sorted(replaced) == sorted(jobs.TRAINER_MPI_JOBS), \
-        f"ClusterTrainingRuntime {runtime}: `{jobs.TRAINER_CONTAINER}` containers in {replaced}, " \
-        f"expected one in each of {list(jobs.TRAINER_MPI_JOBS)}"
-    assert spec.get("mlPolicy", {}).get("mpi"), f"ClusterTrainingRuntime {runtime} has no MPI policy"
-    kube.create(TRAINING_RUNTIME, {"apiVersion": TRAINING_RUNTIME.api_version, "kind": "TrainingRuntime",
-                                   "metadata": {"name": runtime, "namespace": namespace,
-                                                "labels": dict(installed["metadata"].get("labels") or {})},
-                                   "spec": spec})
-
-
-def _wait_runtime_seen(kube, trainjob: dict, timeout: float = 30) -> None:
-    """Wait until Trainer's validating webhook finds the runtime of `trainjob`: the webhook reads runtimes from
-    its informer cache, so a TrainingRuntime created a moment before is refused as "not found" until that
-    cache has it. Server-side dry runs probe it; any other refusal is raised at once."""
-    meta = trainjob["metadata"]
-    until = kube.deadline(timeout)
-    while True:
-        try:
-            kube.custom.create_namespaced_custom_object(TRAINJOB.group, TRAINJOB.version, meta["namespace"],
-                                                        TRAINJOB.plural, trainjob, dry_run="All")
-            break
-        except ApiException as err:
-            if "runtime" not in str(err.body) or "not found" not in str(err.body) \
-                    or time.monotonic() > until:
-                raise
-            time.sleep(0.5)
-
-
 @pytest.mark.requirement("JOB-04")
 def test_trainjob_on_mpi_runtime_completes(kube, run, trainjob_spec, evidence):
     """A TrainJob of 2 nodes on the installed MPI ClusterTrainingRuntime (deepspeed-distributed) completes:
@@ -145,23 +93,23 @@ def test_trainjob_ranks_run_for_real_on_a_copy_of_the_mpi_runtime(kube, run, set
     with the SSH Secret, hostfile and Open MPI environment Trainer makes; the program's own check must pass
     on both ranks (the hostfile's 2 hosts of 1 slot each: one rank per pod). Its runtime is a TrainingRuntime
     copy of the ClusterTrainingRuntime whose only change is settings.images["OpenMPI"] for its images (see
-    _runtime_copy). Skipped where no pod runs for real."""
+    runtimes.copy). Skipped where no pod runs for real."""
     if not capabilities.pod_network:
         pytest.skip("no pod runs for real on this cluster: the ranks cannot run")
     ns = run.namespace()
     runtime = jobs.MPI_RUNTIME
     kube.core.create_namespaced_config_map(ns, workloads.configmap(ns))
     image = settings.images["OpenMPI"]
-    _runtime_copy(kube, runtime, ns, image)
+    runtimes.copy(kube, runtime, ns, image)
     name = "mpi"
     spec = trainjob_spec(name, ns, real=True, num_nodes=2, runtime=runtime, runtime_kind="TrainingRuntime",
                          image=image, workload="allreduce")
-    _wait_runtime_seen(kube, jobs.trainjob(spec))
+    runtimes.wait_seen(kube, jobs.trainjob(spec))
     start = time.monotonic()
     kube.create(TRAINJOB, jobs.trainjob(spec))
     seen = condition_times(kube, TRAINJOB, name, ns, until=("Complete", "Failed"), timeout=300, start=start)
     launchers = kube.core.list_namespaced_pod(
-        ns, label_selector=f"{JOBSET_LABEL}={name},{REPLICATED_JOB_LABEL}=launcher").items
+        ns, label_selector=f"{runtimes.JOBSET_LABEL}={name},{runtimes.REPLICATED_JOB_LABEL}=launcher").items
     launchers.sort(key=lambda p: (p.status.phase == "Succeeded", p.metadata.creation_timestamp))
     log = kube.core.read_namespaced_pod_log(launchers[-1].metadata.name, ns) if launchers else ""
     if "Complete" not in seen:

@@ -1,6 +1,6 @@
 """Allreduce(SUM) correctness check; every rank verifies the global sum.
 
-Usage: mpiexec -n 4 python allreduce.py [--counts 1,1000,262144] [--dtypes float64,int64]
+Usage: mpiexec -n 4 python allreduce.py [--counts 1,1000,262144] [--dtypes float64,int64] [--for-seconds S]
 
 Rank r contributes x_r[i] = (r + 1) * 1000 + (i % 997), so every element of the sum is
 known in closed form: 1000 * n(n+1)/2 + n * (i % 997). All values are integers well
@@ -9,6 +9,9 @@ below 2**53, so float64 sums are exact and the comparison is exact equality.
 For each (dtype, count) case rank 0 prints one line
 ``MPIPLAT_RESULT {"program": "allreduce", "check": "pass"|"fail", "ranks": n, ...}`` and a
 short human line. Exits 1 on every rank if any rank saw a wrong element.
+
+``--for-seconds S`` repeats every case, a second apart, until S seconds have passed (a job that must still run
+while something else happens, e.g. an upgrade of the stack); each round's lines carry its number.
 
 ``--inject-wrong-rank R`` (or MPIPLAT_INJECT_WRONG_RANK=R) makes rank R add 1 to the first
 element of its contribution, to prove the check fails.
@@ -61,6 +64,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtypes", default="float64,int64",
                         help="numpy dtypes, comma-separated (default: float64,int64)")
     parser.add_argument("--iterations", type=int, default=5, help="timed Allreduce calls per case (default: 5)")
+    parser.add_argument("--for-seconds", type=float, default=0, metavar="S",
+                        help="repeat the cases, a second apart, until S seconds have passed (default: one round)")
     parser.add_argument("--inject-wrong-rank", type=int, default=int(env_inject) if env_inject else None,
                         metavar="R", help="rank R contributes a wrong value (proves the check fails)")
     parser.add_argument("--kill-rank", type=int, metavar="R",
@@ -82,6 +87,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--iterations must be >= 1")
     if args.kill_after < 0:
         parser.error("--kill-after must be >= 0")
+    if args.for_seconds < 0:
+        parser.error("--for-seconds must be >= 0")
     return args
 
 
@@ -127,6 +134,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"allreduce: rank {rank} on {socket.gethostname()} kills itself with SIGKILL", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
     library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0]
+    all_ok, started, round_ = True, MPI.Wtime(), 1
+    while True:
+        all_ok = one_round(comm, args, library, round_) and all_ok
+        # Rank 0's clock decides for all, so every rank runs the same rounds.
+        if not comm.bcast(MPI.Wtime() - started < args.for_seconds if rank == 0 else None, root=0):
+            return 0 if all_ok else 1
+        time.sleep(1)
+        round_ += 1
+
+
+def one_round(comm, args: argparse.Namespace, library: str, round_: int) -> bool:
+    """Every (dtype, count) case once; rank 0 prints a result line each. True when every rank was right."""
+    rank, size, inject = comm.Get_rank(), comm.Get_size(), args.inject_wrong_rank
     all_ok = True
     for dtype in args.dtypes:
         for count in args.counts:
@@ -160,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
                       "dtype": dtype, "count": count, "bytes": int(send.nbytes), "iterations": args.iterations,
                       "avg_time_us": round(max(v["time_us"] for v in everyone), 3),
                       "failed_ranks": failed, "wrong_elements": sum(v["wrong"] for v in everyone),
-                      "first_mismatch": first, "injected_wrong_rank": inject, "mpi_library": library})
+                      "first_mismatch": first, "injected_wrong_rank": inject, "mpi_library": library,
+                      "round": round_})
                 verdict = "PASS" if not failed else f"FAIL (wrong on ranks {failed})"
-                print(f"allreduce {dtype} x {count} on {size} ranks: {verdict}", flush=True)
-    return 0 if all_ok else 1
+                print(f"allreduce {dtype} x {count} on {size} ranks (round {round_}): {verdict}", flush=True)
+    return all_ok
 
 
 if __name__ == "__main__":

@@ -123,6 +123,9 @@ def _conformance(args) -> int:
 
     from mpiplat.conformance.settings import load
 
+    if (args.profile == "upgrade") != bool(args.phase):
+        raise MpiplatError("--phase before|after goes with --profile upgrade, and only with it: got --profile "
+                           f"{args.profile} and --phase {args.phase or '(none)'}")
     load(args.settings)  # bad settings fail here, as one line, before any cluster access
     kubeconfig = _local_kubeconfig() if args.local else args.kubeconfig
     _kube(argparse.Namespace(local=False, kubeconfig=kubeconfig, context=args.context)).identity()
@@ -131,7 +134,7 @@ def _conformance(args) -> int:
             f"--profile={args.profile}", f"--report-dir={args.report_dir}", f"--ai-checklist={args.ai_checklist}",
             "--rootdir", str(suite)]
     for flag, value in (("kubeconfig", kubeconfig), ("context", args.context), ("settings", args.settings),
-                        ("only", args.only)):
+                        ("only", args.only), ("phase", args.phase)):
         if value:
             argv.append(f"--{flag}={value}")
     argv += ["--keep"] if args.keep else []
@@ -263,7 +266,9 @@ def parser() -> argparse.ArgumentParser:
     cfsub = cf.add_subparsers(dest="action", required=True)
     cr = cfsub.add_parser("run", help="run the suite against a cluster and write its reports")
     _cluster_access(cr, "test the local reference cluster (started if it is not up)")
-    cr.add_argument("--profile", default="simulated", choices=["simulated", "cluster", "gpu", "preflight"])
+    cr.add_argument("--profile", default="simulated", choices=["simulated", "cluster", "gpu", "preflight", "upgrade"])
+    cr.add_argument("--phase", choices=["before", "after"],
+                    help="profile upgrade: before the stack's upgrade (start and record jobs) or after it (judge them)")
     cr.add_argument("--settings", help="settings file (default: the packaged local.yml)")
     cr.add_argument("--only", help="comma-separated requirement ids")
     cr.add_argument("--keep", action="store_true", help="keep the run's namespaces")

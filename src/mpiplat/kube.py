@@ -221,7 +221,11 @@ class Kube:
             if err.status != 404:
                 raise
 
-    def list(self, kind: Kind, namespace: str, label_selector: str = "") -> list[dict]:
+    def list(self, kind: Kind, namespace: str | None, label_selector: str = "") -> list[dict]:
+        """The objects of `namespace`; None: of every namespace, or the cluster-scoped kind's."""
+        if namespace is None:
+            return self.custom.list_cluster_custom_object(kind.group, kind.version, kind.plural,
+                                                          label_selector=label_selector)["items"]
         return self.custom.list_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural,
                                                          label_selector=label_selector)["items"]
 

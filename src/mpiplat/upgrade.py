@@ -53,24 +53,30 @@ def _parts(version: str) -> tuple[int, int, int]:
     return parts
 
 
-def installed(images: list[str], path: Path = VERSIONS_FILE) -> dict[str, str]:
-    """The version of each component whose controller image is among `images` (those of the cluster's
-    Deployments), from its tag read as the pin's image tag is written ({version} or {number}): through a mirror
-    too, which keeps the image's path. A component found with two versions (an upgrade half done) maps to the
-    older one, so that the plan starts from it."""
-    found: dict[str, str] = {}
+def component_of(image: str, path: Path = VERSIONS_FILE) -> tuple[str, str] | None:
+    """(component, version) of a controller image of the stack, read from its tag as the pin's image tag is
+    written ({version} or {number}): through a mirror too, which keeps the image's path. None for any other."""
+    _, image_path, tag = split_image(image)
     for name in COMPONENTS:
         entry = pin(name, "v0.0.0", path=path)  # the tag shows whether the pin writes the v
-        if not entry.get("images"):
+        if not entry.get("images") or not tag:
             continue
         _, want, template = split_image(entry["images"][0])
-        for image in images:
-            _, image_path, tag = split_image(image)
-            if not (image_path == want or image_path.endswith("/" + want)) or not tag:
-                continue
-            version = tag if template.startswith("v") else f"v{tag}"
-            if version_tuple(version) and (name not in found or _parts(version) < _parts(found[name])):
-                found[name] = version
+        version = tag if template.startswith("v") else f"v{tag}"
+        if (image_path == want or image_path.endswith("/" + want)) and version_tuple(version):
+            return name, version
+    return None
+
+
+def installed(images: list[str], path: Path = VERSIONS_FILE) -> dict[str, str]:
+    """The version of each component whose controller image is among `images` (those of the cluster's
+    Deployments; see component_of). A component found with two versions (an upgrade half done) maps to the
+    older one, so that the plan starts from it."""
+    found: dict[str, str] = {}
+    for image in images:
+        got = component_of(image, path)
+        if got and (got[0] not in found or _parts(got[1]) < _parts(found[got[0]])):
+            found[got[0]] = got[1]
     return found
 
 

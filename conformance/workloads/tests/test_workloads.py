@@ -67,6 +67,13 @@ def test_allreduce_wrong_contribution_can_be_injected_by_environment(run_workloa
     assert record["check"] == "fail" and record["injected_wrong_rank"] == 0 and record["failed_ranks"] == [0, 1]
 
 
+def test_allreduce_for_seconds_repeats_every_case_until_the_time_has_passed(run_workload: Runner) -> None:
+    run = run_workload("openmpi", 2, "allreduce", "--counts", "10", "--dtypes", "int64", "--for-seconds", "2.5")
+    records = results.assert_passed(run.results, "allreduce", ranks=2)
+    rounds = [r["round"] for r in records]
+    assert rounds == list(range(1, len(rounds) + 1)) and len(rounds) >= 3, run.output  # 0 s, 1 s, 2 s, maybe 3 s
+
+
 def test_allreduce_refuses_to_inject_into_a_rank_that_does_not_exist(run_workload: Runner) -> None:
     run = run_workload("mpich", 2, "allreduce", "--inject-wrong-rank", "5")
     assert run.returncode == 2, run.output

@@ -78,6 +78,14 @@ def test_bad_settings_fail_before_any_cluster_access(tmp_path):
     _one_line_error(_run("conformance", "run", "--settings", str(bad), env=env), "settings field")
 
 
+def test_a_phase_without_the_upgrade_profile_and_the_reverse_fail_before_any_cluster_access(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "none")}
+    _one_line_error(_run("conformance", "run", "--phase", "before", env=env), "--phase before|after goes with "
+                    "--profile upgrade", "got --profile simulated and --phase before")
+    _one_line_error(_run("conformance", "run", "--profile", "upgrade", env=env), "got --profile upgrade and --phase "
+                    "(none)")
+
+
 def test_bad_node_pools_fail_before_anything_starts(tmp_path):
     pools = tmp_path / "pools.yml"
     pools.write_text("pools:\n  - name: gpu\n    count: 0\n")
