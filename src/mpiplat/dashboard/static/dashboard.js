@@ -61,3 +61,18 @@ document.addEventListener("DOMContentLoaded", () => {
 document.body && document.body.addEventListener("htmx:sseMessage", (ev) => {
   if (ev.detail.type === "gone") window.location = "/jobs";
 });
+
+// A field check's answer replaces the create form. One sent before a field changed since would undo that change
+// (CI35, a slow host: the GPUs typed while a check was in flight reverted, and Create sent the old value): such an
+// answer is dropped, and the form checked again. The YAML is the form's own rendering, not compared.
+document.addEventListener("htmx:beforeSwap", (ev) => {
+  const form = document.getElementById("job-form");
+  if (!form || ev.detail.requestConfig.path !== "/jobs/new/check") return;
+  const sent = ev.detail.requestConfig.formData;
+  const now = new FormData(form);
+  const changed = [...now.keys()].some((k) => k !== "yaml" && sent.get(k) !== now.get(k));
+  if (changed) {
+    ev.detail.shouldSwap = false;
+    htmx.trigger(form, "change");
+  }
+});
