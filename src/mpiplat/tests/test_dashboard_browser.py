@@ -40,6 +40,8 @@ CHROMIUM_ARGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable
                  "--disable-component-update", "--disable-sync"]
 REAL_IMAGE = "mpiplat.local/openmpi:1"
 TICKS = 30  # lines each rank of the logged job prints, one every 0.5 s
+GATE = 10  # ... of which it prints these, then waits (300 s at most) until the test makes the file GO in its pod
+GO = "/tmp/go"
 
 
 class Served:
@@ -108,8 +110,10 @@ def test_a_job_created_in_the_form_runs_on_the_real_node_and_its_log_streams(ser
     page.select_option("#f-namespace", namespace)
     page.fill("#f-name", name)
     page.fill("#f-image", REAL_IMAGE)
-    page.fill("#f-command", f"python3 -u -c \"import time; [print('tick', i) or time.sleep(0.5) "
-                            f"for i in range({TICKS})]\"")
+    page.fill("#f-command", f"python3 -u -c \"import os, time; tick = lambda i: print('tick', i) or time.sleep(0.5); "
+                            f"[tick(i) for i in range({GATE})]; "
+                            f"any(os.path.exists('{GO}') or time.sleep(0.2) for _ in range(1500)); "
+                            f"[tick(i) for i in range({GATE}, {TICKS})]\"")
     page.fill("#f-workers", "0")
     page.locator("#f-workers").dispatch_event("change")
     expect(page.locator("#help-workers")).to_have_text("workers is 0; allowed: an integer >= 1")  # MPIJob's words
@@ -123,10 +127,12 @@ def test_a_job_created_in_the_form_runs_on_the_real_node_and_its_log_streams(ser
 
     page.click("[data-tab=logs]")
     logs = page.locator("#logs")
-    expect(logs).to_contain_text("tick 1", timeout=120_000)
-    # Live: the first lines are shown while the ranks are still writing the rest.
-    assert f"tick {TICKS - 1}" not in logs.inner_text()
+    expect(logs).to_contain_text(f"tick {GATE - 1}", timeout=120_000)
+    # Live: the first lines are shown while the ranks wait to write the rest (not a race with a slow host: CI35).
+    assert f"tick {GATE}" not in logs.inner_text()
     assert Client(namespace, kube=kube).status(name).phase == "Running"
+    for worker in (f"{name}-worker-0", f"{name}-worker-1"):
+        cluster.kubectl("exec", "-n", namespace, worker, "--", "touch", GO)
     expect(logs).to_contain_text(f"tick {TICKS - 1}", timeout=60_000)
     page.fill("#log-search", "tick 2")
     shown = [t for t in logs.locator(".log-line:visible").all_inner_texts()]
