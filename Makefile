@@ -9,7 +9,7 @@ SHELL       := /bin/bash
 export PYTHONDONTWRITEBYTECODE :=
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup debs collection build demo test test-offline lint clean-cluster
+.PHONY: setup debs collection build demo test test-matrix test-offline lint clean-cluster
 
 setup: debs $(VENV)/.installed collection
 
@@ -62,6 +62,11 @@ demo: build
 # prefixes every line with its lane and prints each step's, lane's and stage's time.
 test: build
 	$(BIN)/python .ci/stages.py
+
+# The `cluster` profile on each Kubernetes version of versions.yml's kubernetes.matrix, one after another on the
+# cluster `matrix` (not in CI); MATRIX="1.35 1.36" picks some. Each version's binaries are built once.
+test-matrix: build
+	$(BIN)/python .ci/stages.py --matrix $(MATRIX)
 
 # Lint and every test not marked `cluster` (unit, charts, MPI workloads, reports): no cluster needed.
 test-offline: setup

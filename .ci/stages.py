@@ -37,10 +37,12 @@ PREVIOUS_IMAGES = " ".join(f"--only {c}-previous" for c in ("kueue", "jobset", "
 MIRROR = "mirror.example.com/mpiplat"  # molecule/helm's mpiplat_image_registry: the helm node has the images so named
 SCALE_ROWS = "conformance/suite/test_scale.py"
 KUBECONFIG = 'eval "$(mpiplat cluster env)"'
-CLUSTER_TESTS = ('-m "cluster and not faults and not last and not bare and not upgrade" -p no:cacheprovider '
+CLUSTER_TESTS = ('-m "cluster and not faults and not last and not bare and not upgrade and not matrix" '
+                 '-p no:cacheprovider '
                  '--durations=10')
 TENANCY = "playbooks/tests/test_tenancy.py"
 INVALID = "playbooks/tests/test_invalid_inventories.py"
+K8S_UPGRADE = "localcluster/tests/test_kubernetes_upgrade.py"
 SDK = "src/mpiplat/tests/test_sdk.py playbooks/tests/test_monitoring.py conformance/selftests/test_interrupt.py"
 
 
@@ -145,6 +147,29 @@ STAGES = [
              after=["suite", "tenancy", "helm", "upgrade", "faults", "faults-2"]),
     ]),
 ]
+
+
+
+def matrix(versions: list[str], upgrade: bool = True) -> list[Stage]:
+    """`make test-matrix`: the `cluster` profile on a full cluster at each Kubernetes version, one after another
+    (each its own stage, on the cluster `matrix`), as `make demo` runs it, reports in reports/matrix/VERSION;
+    then, with `upgrade`, a Kubernetes upgrade one minor up from the first with a real job running across it."""
+    env, down = {"MPIPLAT_CLUSTER": "matrix"}, "mpiplat cluster down >/dev/null 2>&1"
+    stages = [Stage(f"kubernetes-{v}", f"the cluster profile on Kubernetes {v}", [
+        Lane(f"k8s-{v}", ["mpiplat cluster down", f"mpiplat cluster up --kubernetes {v}", SITE,
+                          f"{KUBECONFIG} && mpiplat conformance run --profile cluster --settings "
+                          f"inventories/local/conformance-settings.yml --report-dir reports/matrix/{v}",
+                          "mpiplat cluster down"],
+             env=env, cleanup=down)]) for v in versions]
+    if upgrade:
+        stages.append(Stage("kubernetes-upgrade", f"Kubernetes {versions[0]} one minor up, a real job running across "
+                                                  "it (localcluster/tests/test_kubernetes_upgrade.py)", [
+            Lane("k8s-upgrade", ["mpiplat cluster down", f"mpiplat cluster up --kubernetes {versions[0]}", SITE,
+                                 f"{KUBECONFIG} && pytest -m matrix -p no:cacheprovider {K8S_UPGRADE}",
+                                 "mpiplat cluster down"],
+                 env=env, cleanup=down)]))
+    return stages
+
 
 _print_lock = threading.Lock()
 _running: set[subprocess.Popen] = set()
@@ -327,7 +352,8 @@ def host_speed(n: int = 10_000_000) -> float:
     return time.process_time() - start
 
 
-def run(stages: list[Stage]) -> int:
+def run(stages: list[Stage], keep_going: bool = False) -> int:
+    """Each stage in turn; after a failed one, the rest only with `keep_going`."""
     times: dict[str, float] = {}
     cpu: dict[str, float] = {}
     failed: list[str] = []
@@ -351,7 +377,7 @@ def run(stages: list[Stage]) -> int:
         clusters = by_command.clusters(since=stage_clusters)
         say("stages", f"== stage {stage.name} CPU: the machine busy {_minutes(stage_busy)}, idle {_minutes(stage_idle)}"
                       f"; the clusters' daemons {_seconds_of(clusters)}")
-        if failed:
+        if failed and not keep_going:
             break
     say("stages", "== times: " + "; ".join(f"{s.name} {_minutes(times[f'stage {s.name}'])}"
                                            for s in stages if f"stage {s.name}" in times)
@@ -378,11 +404,37 @@ def _stop(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def main_list(stages: list[Stage]) -> int:
+    for stage in stages:
+        print(f"stage {stage.name}: {stage.why}")
+        for lane in stage.lanes:
+            print(f"  lane {lane.name}" + "".join(f"\n    {n}. {step}" for n, step in enumerate(lane.steps, 1)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("lanes", nargs="*", help="run only these lanes (default: all)")
     parser.add_argument("--list", action="store_true", help="print the schedule and exit")
+    parser.add_argument("--matrix", nargs="*", metavar="VERSION",
+                        help="instead: the Kubernetes matrix (make test-matrix), at these versions or minors of "
+                             "versions.yml's kubernetes.matrix (default: every one)")
     args = parser.parse_args(argv)
+    if args.matrix is not None:
+        from mpiplat.versions import VersionsError, kubernetes_matrix, kubernetes_pin, version_tuple
+
+        try:
+            versions = [kubernetes_pin(v) for v in args.matrix] or kubernetes_matrix()
+        except VersionsError as err:
+            parser.error(str(err))
+        # The upgrade from the first version, where the matrix has the minor above it.
+        first = version_tuple(versions[0])[1]
+        stages = matrix(versions, upgrade=any(version_tuple(v)[1] == first + 1 for v in kubernetes_matrix()))
+        if args.list:
+            return main_list(stages)
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        return run(stages, keep_going=True)
     known = [lane.name for stage in STAGES for lane in stage.lanes]
     unknown = [name for name in args.lanes if name not in known]
     if unknown:
@@ -391,11 +443,7 @@ def main(argv: list[str] | None = None) -> int:
               for s in STAGES]
     stages = [s for s in stages if s.lanes]
     if args.list:
-        for stage in stages:
-            print(f"stage {stage.name}: {stage.why}")
-            for lane in stage.lanes:
-                print(f"  lane {lane.name}" + "".join(f"\n    {n}. {step}" for n, step in enumerate(lane.steps, 1)))
-        return 0
+        return main_list(stages)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     return run(stages)

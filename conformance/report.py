@@ -75,7 +75,8 @@ def _nodes(meta: dict) -> str:
     n = meta.get("nodes")
     if not n:
         return "not read"
-    return (f"{n['real']} real ({n['gpus_real']} GPUs), {n['simulated']} simulated by KWOK "
+    kubelets = f", kubelet {', '.join(n['kubelets'])}" if n.get("kubelets") else ""
+    return (f"{n['real']} real ({n['gpus_real']} GPUs{kubelets}), {n['simulated']} simulated by KWOK "
             f"({n['gpus_simulated']} GPUs)")
 
 

@@ -64,7 +64,8 @@ def node_summary(nodes: list[dict], gpu_resource: str) -> dict:
 
     real = [n for n in nodes if not n["simulated"]]
     kwok = [n for n in nodes if n["simulated"]]
-    return {"real": len(real), "simulated": len(kwok), "gpus_real": gpus(real), "gpus_simulated": gpus(kwok)}
+    return {"real": len(real), "simulated": len(kwok), "gpus_real": gpus(real), "gpus_simulated": gpus(kwok),
+            "kubelets": sorted({n["kubelet"] for n in real if n.get("kubelet")})}
 
 
 def _images(workload) -> list[str]:

@@ -30,6 +30,14 @@ DEPLOYMENT = Kind("apps", "v1", "deployments")
 CRD = Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 
+def rolled_out(deployment: dict) -> bool:
+    """Whether a Deployment (as the API returns it) runs its current template only: observed, and every replica
+    updated and available, none of an older one left."""
+    meta, want, status = deployment["metadata"], deployment["spec"].get("replicas", 1), deployment.get("status") or {}
+    return (status.get("observedGeneration", 0) >= meta["generation"] and status.get("replicas", 0) == want
+            and status.get("updatedReplicas", 0) == want == status.get("availableReplicas", 0))
+
+
 class UpgradeStateError(MpiplatError, RuntimeError):
     """No recorded upgrade where one is needed, or one where none may be."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mpiplat.errors import MpiplatError
 from mpiplat.localcluster.progress import progress
+from mpiplat.localcluster.state import kubernetes_version
 from mpiplat.versions import Component, cache_dir, load
 
 
@@ -30,9 +31,14 @@ def bin_dir(comp: Component) -> Path:
     return cache_dir() / "bin" / comp.name / comp.version
 
 
+def cluster_components() -> dict[str, Component]:
+    """The pinned components as this cluster runs them: Kubernetes at the version its `up` chose."""
+    return load(kubernetes=kubernetes_version())
+
+
 def binary(name: str, components: dict[str, Component] | None = None) -> Path:
-    """Path of a built binary by its name (e.g. 'kube-apiserver')."""
-    for comp in (components or load()).values():
+    """Path of a built binary by its name (e.g. 'kube-apiserver'); by default this cluster's."""
+    for comp in (components or cluster_components()).values():
         if name in comp.binaries:
             return bin_dir(comp) / name
     raise KeyError(f"no component in the versions file provides binary {name!r}")
@@ -147,11 +153,12 @@ def _failed(comp: Component, err: Exception, log_path: Path) -> BuildError:
                       f"see {log_path}, then retry with `{retry}`\nlast lines of the log:\n{tail}")
 
 
-def build(only: list[str] | None = None, stream=None, previous: bool = False) -> list[str]:
+def build(only: list[str] | None = None, stream=None, previous: bool = False, kubernetes: str = "") -> list[str]:
     """Build every pinned component not yet in the cache (with `previous`, those with a previous pin, at that
-    version: the upgrade's starting point). Returns the names built."""
+    version: the upgrade's starting point; with `kubernetes`, Kubernetes at that version of its matrix).
+    Returns the names built."""
     stream = stream or sys.stdout
-    comps = load(previous=previous)
+    comps = load(previous=previous, kubernetes=kubernetes)
     unknown = sorted(set(only or []) - set(comps))
     if unknown:
         raise BuildError(f"unknown component(s) {', '.join(unknown)}; allowed: {', '.join(comps)}")

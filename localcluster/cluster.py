@@ -13,15 +13,17 @@ controllers as host processes. Callers use this module; the work is done in
 
 from __future__ import annotations
 
-from mpiplat.localcluster.lifecycle import all_ports, down, kubectl, print_status, status, up
+from mpiplat.localcluster.lifecycle import all_ports, down, kubectl, print_status, status, up, upgrade
 from mpiplat.localcluster.state import (
     ClusterError,
     control_plane_ports,
     instance,
     kubeconfig_path,
+    kubernetes_file,
+    kubernetes_version,
     log_file,
     state_dir,
 )
 
 __all__ = ["ClusterError", "all_ports", "control_plane_ports", "down", "instance", "kubeconfig_path", "kubectl",
-           "log_file", "print_status", "state_dir", "status", "up"]
+           "kubernetes_file", "kubernetes_version", "log_file", "print_status", "state_dir", "status", "up", "upgrade"]

@@ -34,7 +34,8 @@ import yaml
 from mpiplat.jobs import ROLE_LABEL
 from mpiplat.localcluster import configs, images, processes, realnode
 from mpiplat.localcluster.kubectl import kubectl
-from mpiplat.localcluster.state import ClusterError, kwok_cluster_dir, log_file, state_dir
+from mpiplat.localcluster.lifecycle import kwok_component, restart_component
+from mpiplat.localcluster.state import ClusterError, log_file, state_dir
 
 TEAM = "team-a"  # the first team of conformance/settings/local.yml: the rows that read a team read this one
 VIEWER_ROLE = "mpijob-viewer"  # the tenancy role's viewer ClusterRole (tenancy_cluster_roles.viewer)
@@ -317,40 +318,6 @@ class NodeProcessStopped(Fault):
         self.saved.clear()
 
 
-def _kwok_component(name: str) -> dict:
-    """A control plane component as kwokctl runs it (binary, args, workDir, ports), from its kwok.yaml."""
-    for doc in yaml.safe_load_all((kwok_cluster_dir() / "kwok.yaml").read_text()):
-        for comp in (doc or {}).get("components") or []:
-            if comp["name"] == name:
-                return comp
-    raise ClusterError(f"no component {name} in {kwok_cluster_dir() / 'kwok.yaml'}: is the cluster up?")
-
-
-def _restart_component(name: str, argv: list[str]) -> None:
-    """Stop a kwokctl-run component and start `argv` in its place (its workDir, log and pid file, so that
-    `mpiplat cluster status` and `down` find it), until its /healthz answers and it holds its
-    leader-election Lease kube-system/`name` anew (a predecessor that did not release the Lease would
-    hold it for its duration)."""
-    comp, pid_path = _kwok_component(name), kwok_cluster_dir() / "pids" / f"{name}.pid"
-    before = (get("lease", name, "kube-system") or {}).get("spec", {}).get("acquireTime")
-    pid = processes.running_pid(pid_path)
-    if pid:
-        processes.stop_pid(pid)
-    with open(kwok_cluster_dir() / "logs" / f"{name}.log", "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=comp["workDir"], env=processes.daemon_env(), start_new_session=True)
-    pid_path.write_text(str(proc.pid))
-    url, deadline = f"https://127.0.0.1:{comp['ports'][0]['port']}/healthz", time.monotonic() + WAIT_S
-    while not processes.http_ok(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise ClusterError(f"{name} not healthy after its restart: see {kwok_cluster_dir() / 'logs' / name}.log")
-        time.sleep(0.25)
-    while (spec := (get("lease", name, "kube-system") or {}).get("spec", {})).get("acquireTime") == before:
-        if time.monotonic() > deadline:
-            raise ClusterError(f"{name} did not take its Lease kube-system/{name} within {WAIT_S}s: {spec}")
-        time.sleep(0.5)
-
-
 @dataclass
 class SchedulerPluginsOff(Fault):
     """kube-scheduler restarted with filter plugins disabled (a KubeSchedulerConfiguration), as a scheduler
@@ -371,15 +338,15 @@ class SchedulerPluginsOff(Fault):
         return path
 
     def apply(self) -> None:
-        comp = _kwok_component("kube-scheduler")
+        comp = kwok_component("kube-scheduler")
         args = [a for a in comp["args"] if not a.startswith(("--kubeconfig=", "--kube-api-"))]
         self.saved.append(True)
-        _restart_component("kube-scheduler", [comp["binary"], *args, f"--config={self.config(comp['args'])}"])
+        restart_component("kube-scheduler", [comp["binary"], *args, f"--config={self.config(comp['args'])}"])
 
     def undo(self) -> None:
         if self.saved:
-            comp = _kwok_component("kube-scheduler")
-            _restart_component("kube-scheduler", [comp["binary"], *comp["args"]])
+            comp = kwok_component("kube-scheduler")
+            restart_component("kube-scheduler", [comp["binary"], *comp["args"]])
             self.saved.clear()
 
 

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from mpiplat.localcluster import build, certs, configs, nodes, processes, realnode, scc, webhooks
 from mpiplat.localcluster.kubectl import apply, kubectl
 from mpiplat.localcluster.progress import progress
@@ -27,12 +29,14 @@ from mpiplat.localcluster.state import (
     control_plane_ports,
     instance,
     kubeconfig_path,
+    kubernetes_file,
+    kubernetes_version,
     kwok_cluster_dir,
     kwok_workdir,
     log_file,
     state_dir,
 )
-from mpiplat.versions import load
+from mpiplat.versions import kubernetes_pin, load, version_tuple
 
 NAMESPACES = ("mpi-operator", "kueue-system", "kubeflow-system")
 CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok-controller")
@@ -49,7 +53,7 @@ def _say(msg: str) -> None:
 # ---------------------------------------------------------------- kubectl and kwokctl
 
 def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    bins = load()
+    bins = build.cluster_components()
     kubectl_bin = build.binary("kubectl", bins)
     env = processes.daemon_env(KWOK_WORKDIR=str(kwok_workdir()), KWOK_KUBECTL_BINARY=str(kubectl_bin),
                                PATH=f"{kubectl_bin.parent}:{os.environ.get('PATH', '')}")  # kwokctl's daemons too
@@ -158,11 +162,13 @@ def _controllers_marker() -> Path:
     return state_dir() / "controllers"
 
 
-def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True, image_registry: str = "") -> None:
+def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True, image_registry: str = "",
+       kubernetes: str = "") -> None:
     """Start (or reuse) the cluster. bare: control plane and nodes only, no upstream CRDs or
     controllers, for installing the upstream components with Helm (molecule scenario `helm`).
     real_node: add the real node real-0 (another cluster's in namespaces of its own, see realnode).
-    image_registry: the real node also has the controller images as this mirror names them."""
+    image_registry: the real node also has the controller images as this mirror names them.
+    kubernetes: a version or minor of versions.yml's kubernetes.matrix (default: the one it runs, else the pin)."""
     from mpiplat.localcluster import images
 
     start = time.monotonic()
@@ -175,7 +181,12 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
                            "e.g. mirror.example.com/mpiplat, without a scheme")
     if image_registry and not real:
         raise ClusterError("--image-registry names images on the real node: drop it, or drop --no-real-node")
-    comps = load()
+    running = kubernetes_version()
+    version = kubernetes_pin(kubernetes) if kubernetes else running or load()["kubernetes"].version
+    if running and running != version:
+        raise ClusterError(f"cluster {instance()} runs Kubernetes {running}, not {version}: run `mpiplat cluster "
+                           "down` first, or repeat `up` without --kubernetes")
+    comps = load(kubernetes=version)
     # Bad input (node pools, a missing checkout, a bad local value, a host that cannot run the real
     # node) stops before any build or change.
     pools = nodes.load(Path(node_pools)) if node_pools else nodes.load()
@@ -184,10 +195,11 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
         processes.debian_prometheus()
     if real:
         realnode.check_host()
-    build.build()
+    build.build(kubernetes=version)
     if real:
         images.ensure_built()
     state_dir().mkdir(parents=True, exist_ok=True)
+    kubernetes_file().write_text(version + "\n")
     if real:
         realnode.record_host()
 
@@ -202,8 +214,8 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
         with progress(f"starting the real node {realnode.NAME}", every=PLAIN_EVERY):
             realnode.up(_say, image_registry)
     if bare:
-        _say(f"bare cluster up in {time.monotonic() - start:.1f}s (no upstream CRDs or controllers); "
-             f"export KUBECONFIG={kubeconfig_path()}")
+        _say(f"bare cluster up in {time.monotonic() - start:.1f}s (Kubernetes {version}; no upstream CRDs or "
+             f"controllers); export KUBECONFIG={kubeconfig_path()}")
         return
 
     crd_objs = webhooks.crds(comps)
@@ -229,7 +241,93 @@ def up(node_pools: str | None = None, bare: bool = False, real_node: bool = True
     runtimes = webhooks.training_runtimes(comps)
     _retry(lambda: apply(runtimes), 30)
     _say(f"  ClusterTrainingRuntimes: {', '.join(r['metadata']['name'] for r in runtimes)}")
-    _say(f"cluster up in {time.monotonic() - start:.1f}s; export KUBECONFIG={kubeconfig_path()}")
+    _say(f"cluster up in {time.monotonic() - start:.1f}s (Kubernetes {version}); export KUBECONFIG={kubeconfig_path()}")
+
+
+def kwok_component(name: str) -> dict:
+    """A control plane component as kwokctl runs it (binary, args, workDir, ports), from its kwok.yaml."""
+    for doc in yaml.safe_load_all((kwok_cluster_dir() / "kwok.yaml").read_text()):
+        for comp in (doc or {}).get("components") or []:
+            if comp["name"] == name:
+                return comp
+    raise ClusterError(f"no component {name} in {kwok_cluster_dir() / 'kwok.yaml'}: is the cluster up?")
+
+
+def _lease_acquired(name: str) -> str | None:
+    proc = kubectl("get", "lease", name, "-n", "kube-system", "-o", "jsonpath={.spec.acquireTime}",
+                   "--ignore-not-found", check=False)
+    return proc.stdout.strip() or None
+
+
+def restart_component(name: str, argv: list[str], timeout: float = 90) -> None:
+    """Stop a kwokctl-run component and start `argv` in its place (its workDir, log and pid file, so that
+    `mpiplat cluster status` and `down` find it), until its /healthz answers and, but for the API server, it
+    holds its leader-election Lease kube-system/`name` anew (a predecessor that did not release the Lease would
+    hold it for its duration)."""
+    comp, pid_path = kwok_component(name), kwok_cluster_dir() / "pids" / f"{name}.pid"
+    leader = name != "kube-apiserver"
+    before = _lease_acquired(name) if leader else None
+    pid = processes.running_pid(pid_path)
+    if pid:
+        processes.stop_pid(pid)
+    with open(kwok_cluster_dir() / "logs" / f"{name}.log", "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=comp["workDir"], env=processes.daemon_env(), start_new_session=True)
+    pid_path.write_text(str(proc.pid))
+    url, deadline = f"https://127.0.0.1:{comp['ports'][0]['port']}/healthz", time.monotonic() + timeout
+    while not processes.http_ok(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise ClusterError(f"{name} not healthy after its restart: see {kwok_cluster_dir() / 'logs' / name}.log")
+        time.sleep(0.25)
+    while leader and (acquired := _lease_acquired(name)) == before:
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{name} did not take its Lease kube-system/{name} within {timeout:.0f}s "
+                               f"(acquired {acquired})")
+        time.sleep(0.5)
+
+
+# The order kubeadm upgrades a control plane in, then the node's own: each healthy before the next.
+UPGRADE_ORDER = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+NODE_UPGRADE_ORDER = ("kubelet", "kube-proxy")
+
+
+def upgrade(kubernetes: str) -> None:
+    """Upgrade the running cluster's Kubernetes to a version of the matrix one minor up (or a later patch), as
+    kubeadm orders it: the control plane first (UPGRADE_ORDER, one at a time, each healthy before the next),
+    then the real node's kubelet and kube-proxy. Pods keep running: containerd is not restarted."""
+    running = kubernetes_version() or load()["kubernetes"].version
+    target = kubernetes_pin(kubernetes)
+    (_, rmin, rpatch), (_, tmin, tpatch) = version_tuple(running), version_tuple(target)
+    if not (tmin == rmin + 1 or (tmin == rmin and tpatch > rpatch)):
+        raise ClusterError(f"cluster {instance()} runs Kubernetes {running}: an upgrade goes one minor up (or to a "
+                           f"later patch), not to {target}: upgrade a minor at a time")
+    if not _apiserver_ready():
+        raise ClusterError(f"cluster {instance()} is not running: `mpiplat cluster up` first")
+    start = time.monotonic()
+    build.build(only=["kubernetes"], kubernetes=target)
+    comps = load(kubernetes=target)
+    _say(f"upgrading Kubernetes {running} -> {target}: the control plane, then the node")
+    # kwokctl runs its components through links in its bin/, and names the binaries in its kwok.yaml (read again
+    # by `kwokctl start cluster` after a stop): both point at the new version's.
+    config = kwok_cluster_dir() / "kwok.yaml"
+    config.write_text(config.read_text().replace(f"/kubernetes/{running}/", f"/kubernetes/{target}/")
+                      .replace(f"kubeVersion: {running}", f"kubeVersion: {target}"))
+    for name in UPGRADE_ORDER:
+        link = kwok_cluster_dir() / "bin" / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(build.binary(name, comps))
+        comp = kwok_component(name)
+        with progress(f"restarting {name} at {target}", every=PLAIN_EVERY):
+            restart_component(name, [comp["binary"], *comp["args"]])
+        _say(f"  {name} {target} healthy ({time.monotonic() - start:.1f}s)")
+    kubernetes_file().write_text(target + "\n")  # kubectl and the node's binaries from here on
+    if real_node_enabled():
+        for name in NODE_UPGRADE_ORDER:
+            with progress(f"restarting the real node's {name} at {target}", every=PLAIN_EVERY):
+                realnode.stop_process(name)
+                realnode.start_process(name)
+            _say(f"  {name} {target} healthy ({time.monotonic() - start:.1f}s)")
+    _say(f"cluster upgraded to Kubernetes {target} in {time.monotonic() - start:.1f}s")
 
 
 def down() -> None:

@@ -89,6 +89,19 @@ def all_state_dirs() -> list[Path]:
     return [d for d in [base, *sorted(base.parent.glob(f"{base.name}-*"))] if d.is_dir()]
 
 
+def kubernetes_file() -> Path:
+    """The Kubernetes version this cluster runs, as `up` chose it (versions.yml kubernetes.matrix)."""
+    return state_dir() / "kubernetes-version"
+
+
+def kubernetes_version() -> str:
+    """The version kubernetes_file() holds; "" where the cluster has none (not up: the pin's default)."""
+    try:
+        return kubernetes_file().read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def kwok_workdir() -> Path:
     return state_dir() / "kwok"
 

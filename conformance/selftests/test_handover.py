@@ -40,7 +40,8 @@ def test_nodes_keep_their_gpu_and_topology_labels():
     assert nodes[0]["topology_labels"] == {"mpiplat.io/rack": "rack-1", "topology.kubernetes.io/zone": "zone-a"}
     assert nodes[0]["simulated"] and not nodes[1]["simulated"]
     assert nodes[0]["taints"] == [f"{GPU}=present:NoSchedule"] and nodes[1]["kubelet"] == "v1.34.4"
-    assert snapshot.node_summary(nodes, GPU) == {"real": 1, "simulated": 1, "gpus_real": 0, "gpus_simulated": 8}
+    assert snapshot.node_summary(nodes, GPU) == {"real": 1, "simulated": 1, "gpus_real": 0, "gpus_simulated": 8,
+                                                 "kubelets": ["v1.34.4"]}  # the real nodes' (a cluster's upgrade)
 
 
 def _deployment(ns: str, name: str, image: str, ready: int) -> client.V1Deployment:

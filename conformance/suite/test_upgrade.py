@@ -21,7 +21,7 @@ from kubernetes.utils import parse_quantity
 
 from mpiplat import jobs
 from mpiplat.conformance import runtimes, upgrading, workloads
-from mpiplat.conformance.upgrading import CRD, DEPLOYMENT
+from mpiplat.conformance.upgrading import CRD, DEPLOYMENT, rolled_out
 from mpiplat.conformance.watch import JOB_LABEL, condition_times, submit_job, wait_pods, wait_workload_job
 from mpiplat.conformance.workloads import results
 from mpiplat.diagnose import diagnose
@@ -92,21 +92,16 @@ def _time(value: str | None) -> datetime | None:
 
 
 def _controllers(kube) -> dict[str, list[dict]]:
-    """Each component's controller Deployments: version (from the image), where, whether rolled out, and the
-    start of its newest running pod."""
+    """Each component's controller Deployments: version (from the image), where, whether rolled out, image."""
     found: dict[str, list[dict]] = {}
     for d in kube.list(DEPLOYMENT, None):
-        meta, spec, status = d["metadata"], d["spec"], d.get("status") or {}
-        for container in spec["template"]["spec"]["containers"]:
+        meta = d["metadata"]
+        for container in d["spec"]["template"]["spec"]["containers"]:
             got = component_of(container["image"])
             if not got:
                 continue
-            want = spec.get("replicas", 1)
-            rolled = (status.get("observedGeneration", 0) >= meta["generation"]
-                      and status.get("updatedReplicas", 0) == want == status.get("availableReplicas", 0)
-                      and status.get("replicas", 0) == want)
             found.setdefault(got[0], []).append({"version": got[1], "where": f"{meta['namespace']}/{meta['name']}",
-                                                 "rolled": rolled, "image": container["image"]})
+                                                 "rolled": rolled_out(d), "image": container["image"]})
     return found
 
 

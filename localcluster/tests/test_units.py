@@ -38,6 +38,67 @@ def test_versions_file_errors_name_the_field(tmp_path, spec, message):
         versions.load(path)
 
 
+def test_the_kubernetes_matrix_pins_one_version_a_minor_from_1_34_to_1_37_the_default_first():
+    matrix = versions.kubernetes_matrix()
+    assert matrix[0] == versions.load()["kubernetes"].version
+    assert sorted(v.rsplit(".", 1)[0] for v in matrix) == ["v1.34", "v1.35", "v1.36", "v1.37"]
+    assert versions.kubernetes_pin("1.36") == versions.kubernetes_pin("v1.36") == next(
+        v for v in matrix if v.startswith("v1.36."))
+    assert versions.kubernetes_pin(matrix[1].lstrip("v")) == matrix[1]
+    comps, other = versions.load(), versions.load(kubernetes="1.37")
+    assert other["kubernetes"].minor == "1.37"
+    del comps["kubernetes"], other["kubernetes"]
+    assert other == comps
+
+
+@pytest.mark.parametrize("wanted", ["1.33", "v1.36.9", "1.3", "latest"])
+def test_a_kubernetes_version_off_the_matrix_is_refused_naming_the_pinned_ones(wanted):
+    with pytest.raises(versions.VersionsError, match=f"Kubernetes '{wanted}' is not pinned for the local cluster; "
+                                                     f"allowed: {', '.join(versions.kubernetes_matrix())}"):
+        versions.load(kubernetes=wanted)
+
+
+def test_a_matrix_without_the_pinned_version_is_refused(tmp_path):
+    path = tmp_path / "versions.yml"
+    path.write_text(yaml.safe_dump({"components": {"kubernetes": {
+        "version": "v1.34.4", "module": "k8s.io/kubernetes", "build": "kubernetes", "matrix": ["v1.35.4"]}}}))
+    with pytest.raises(versions.VersionsError, match="kubernetes.matrix must be a list of vX.Y.Z versions holding "
+                                                     "its version v1.34.4, got"):
+        versions.load(path)
+
+
+def test_a_cluster_runs_the_kubernetes_version_its_up_chose(monkeypatch, tmp_path):
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("MPIPLAT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MPIPLAT_CLUSTER", "matrix")
+    pinned = versions.load()["kubernetes"]
+    assert build.binary("kubelet") == build.bin_dir(pinned) / "kubelet"  # not up: the pin
+    other = versions.kubernetes_pin("1.36")
+    cluster.state_dir().mkdir(parents=True)
+    cluster.kubernetes_file().write_text(other + "\n")
+    assert build.binary("kube-apiserver").parent.name == other
+    assert build.binary("etcd") == build.bin_dir(versions.load()["etcd"]) / "etcd"
+    with pytest.raises(cluster.ClusterError, match=f"cluster matrix runs Kubernetes {other}, not {pinned.version}: "
+                                                   "run `mpiplat cluster down` first"):
+        cluster.up(bare=True, kubernetes=pinned.minor)
+
+
+@pytest.mark.parametrize("running, target, message", [
+    ("1.34", "1.36", "an upgrade goes one minor up (or to a later patch), not to v1.36"),
+    ("1.36", "1.35", "an upgrade goes one minor up (or to a later patch), not to v1.35"),
+    ("1.35", "1.35", "an upgrade goes one minor up (or to a later patch), not to v1.35"),
+    ("1.35", "1.36", "cluster matrix is not running: `mpiplat cluster up` first"),
+])
+def test_a_kubernetes_upgrade_goes_one_minor_up_on_a_running_cluster(monkeypatch, tmp_path, running, target, message):
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("MPIPLAT_CLUSTER", "matrix")
+    cluster.state_dir().mkdir(parents=True)
+    cluster.kubernetes_file().write_text(versions.kubernetes_pin(running))
+    with pytest.raises(cluster.ClusterError, match=re.escape(message)):
+        cluster.upgrade(target)
+    assert cluster.kubernetes_version() == versions.kubernetes_pin(running)
+
+
 def test_default_node_pools_have_gpu_and_cpu_nodes():
     objs = nodes.manifests(nodes.load())
     gpu = [n for n in objs if nodes.GPU_RESOURCE in n["status"]["allocatable"]]

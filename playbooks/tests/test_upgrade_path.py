@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from mpiplat.conformance.upgrading import DEPLOYMENT, rolled_out
 from mpiplat.upgrade import COMPONENTS, VERSION_VARS, installed
 from mpiplat.versions import pin, split_image
 
@@ -63,12 +64,12 @@ def _play(env, playbook: str, *extra: str, fails: bool = False) -> str:
     return out
 
 
-def _running(apps: client.AppsV1Api, want: dict[str, str], timeout: float = 120) -> None:
-    """Wait until each component's controller runs the version `want` says, all of its pods ready."""
+def _running(kube, want: dict[str, str], timeout: float = 120) -> None:
+    """Wait until each component's controller runs the version `want` says, rolled out."""
     until = time.monotonic() + timeout
     while True:
-        got = installed([c.image for d in apps.list_deployment_for_all_namespaces().items
-                         if d.status.ready_replicas == d.spec.replicas for c in d.spec.template.spec.containers])
+        got = installed([c["image"] for d in kube.list(DEPLOYMENT, None) if rolled_out(d)
+                         for c in d["spec"]["template"]["spec"]["containers"]])
         if got == want or time.monotonic() > until:
             break
         time.sleep(2)
@@ -100,16 +101,12 @@ def _status(rows: dict, rid: str) -> tuple[str, str]:
     return rows[rid]["status"], rows[rid]["message"]
 
 
-def _rolled_out(apps: client.AppsV1Api, ns: str, name: str, timeout: float = 180) -> None:
+def _rolled_out(kube, ns: str, name: str, timeout: float = 180) -> None:
     until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        d = apps.read_namespaced_deployment(name, ns)
-        s = d.status
-        if (s.observed_generation or 0) >= d.metadata.generation and s.updated_replicas == d.spec.replicas \
-                == s.available_replicas and s.replicas == d.spec.replicas:
-            return
+    while not rolled_out(kube.get(DEPLOYMENT, name, ns)):
+        if time.monotonic() > until:
+            raise TimeoutError(f"deployment {ns}/{name} did not roll out in {timeout:.0f}s")
         time.sleep(1)
-    raise TimeoutError(f"deployment {ns}/{name} did not roll out in {timeout:.0f}s")
 
 
 def test_previous_to_current_with_jobs_running_queued_and_suspended(kube, ansible_env, tmp_path):
@@ -135,7 +132,7 @@ def test_previous_to_current_with_jobs_running_queued_and_suspended(kube, ansibl
     assert "kueue: helm could not install or upgrade release kueue to " in failed and "and undid it (atomic): what " \
         "ran before runs on. Nothing after it was changed. Fix the cause, then run the same playbook again" in failed, \
         failed[-3000:]
-    _running(apps, {c: pin(c)["previous" if c == "kueue" else "version"] for c in COMPONENTS})
+    _running(kube, {c: pin(c)["previous" if c == "kueue" else "version"] for c in COMPONENTS})
     _play(ansible_env, *upgrade)
     assert _changed(_play(ansible_env, *upgrade)) == [], "a re-run of upgrade.yml changed these tasks"
 
@@ -148,7 +145,7 @@ def test_previous_to_current_with_jobs_running_queued_and_suspended(kube, ansibl
                                                             "image": old}]}}}}
     apps.patch_namespaced_deployment("mpi-operator", "mpi-operator", patch)
     try:
-        _rolled_out(apps, "mpi-operator", "mpi-operator")
+        _rolled_out(kube, "mpi-operator", "mpi-operator")
         rows = _phase(ansible_env, "after", settings, tmp_path / "fault-version", "--only", "UPG-05", "--keep")
         status, message = _status(rows, "UPG-05")
         assert status == "failed" and f"mpi-operator: mpi-operator/mpi-operator runs {previous}" in message, \
@@ -156,7 +153,7 @@ def test_previous_to_current_with_jobs_running_queued_and_suspended(kube, ansibl
     finally:
         patch["spec"]["template"]["spec"]["containers"][0]["image"] = image
         apps.patch_namespaced_deployment("mpi-operator", "mpi-operator", patch)
-        _rolled_out(apps, "mpi-operator", "mpi-operator")
+        _rolled_out(kube, "mpi-operator", "mpi-operator")
 
     # Fault: the MPIJob CRD's version no longer served while the recorded jobs use it. UPG-06 fails naming it.
     crds = client.ApiextensionsV1Api(kube.api_client)

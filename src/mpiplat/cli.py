@@ -45,7 +45,8 @@ def _kube(args):
 def _cluster_build(args) -> int:
     from mpiplat.localcluster.build import build
 
-    built = build(only=args.only, stream=sys.stderr if args.json else sys.stdout, previous=args.previous)
+    built = build(only=args.only, stream=sys.stderr if args.json else sys.stdout, previous=args.previous,
+                  kubernetes=args.kubernetes or "")
     if args.json:
         _print_json({"built": built})
     return 0
@@ -73,7 +74,9 @@ def _cluster(args) -> int:
 
     if args.action == "up":
         cluster.up(node_pools=args.node_pools, bare=args.bare, real_node=not args.no_real_node,
-                   image_registry=args.image_registry or "")
+                   image_registry=args.image_registry or "", kubernetes=args.kubernetes or "")
+    elif args.action == "upgrade":
+        cluster.upgrade(args.kubernetes)
     elif args.action == "down":
         cluster.down()
     elif args.action == "status":
@@ -219,6 +222,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print what was built as JSON")
     b.add_argument("--previous", action="store_true",
                    help="build the previous pins (versions.yml `previous`: where playbooks/upgrade.yml starts)")
+    b.add_argument("--kubernetes", metavar="VERSION",
+                   help="Kubernetes at this version or minor of versions.yml's kubernetes.matrix (e.g. 1.36)")
     b.set_defaults(func=_cluster_build)
     im = csub.add_parser("images", help="build the real node's images (pause, CoreDNS, MPI bases) into the cache")
     im.add_argument("--only", action="append", metavar="NAME",
@@ -240,7 +245,15 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--image-registry", metavar="REGISTRY",
                    help="also name the controller images on the real node as this mirror does "
                         "(the installer's mpiplat_image_registry, e.g. mirror.example.com/mpiplat)")
+    u.add_argument("--kubernetes", metavar="VERSION",
+                   help="run Kubernetes at this version or minor of versions.yml's kubernetes.matrix (e.g. 1.36; "
+                        "default: the version the cluster runs, else the pin); built once a version")
     u.set_defaults(func=_cluster)
+    ug = csub.add_parser("upgrade", help="upgrade the running cluster's Kubernetes one minor up, as kubeadm orders "
+                                         "it: the control plane, then the real node's kubelet and kube-proxy")
+    ug.add_argument("--kubernetes", metavar="VERSION", required=True,
+                    help="a version or minor of versions.yml's kubernetes.matrix, one minor above the running one")
+    ug.set_defaults(func=_cluster)
     csub.add_parser("down", help="stop everything and remove the cluster (idempotent)").set_defaults(
         func=_cluster)
     s = csub.add_parser("status", help="health of each component")

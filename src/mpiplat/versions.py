@@ -49,9 +49,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MPIPLAT_CACHE", default))
 
 
-def load(path: Path = VERSIONS_FILE, previous: bool = False) -> dict[str, Component]:
+def load(path: Path = VERSIONS_FILE, previous: bool = False, kubernetes: str = "") -> dict[str, Component]:
     """The components; with `previous`, each one that has a `previous` pin at that version (the upgrade's
-    starting point: its binaries, images and bundle are built as the current ones are)."""
+    starting point: its binaries, images and bundle are built as the current ones are); with `kubernetes`
+    (a version or minor of kubernetes.matrix, see kubernetes_pin), Kubernetes at that pin."""
     data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: read often
     comps = (data or {}).get("components")
     if not isinstance(comps, dict) or not comps:
@@ -70,10 +71,18 @@ def load(path: Path = VERSIONS_FILE, previous: bool = False) -> dict[str, Compon
             raise VersionsError(f"{where}.build is {spec['build']!r}; allowed: {', '.join(BUILD_KINDS)}")
         if "previous" in spec and not _PIN.match(str(spec["previous"])):
             raise VersionsError(f"{where}.previous must look like vX.Y.Z, got {spec['previous']!r}")
+        matrix = spec.get("matrix")
+        if matrix is not None and (not isinstance(matrix, list) or spec["version"] not in matrix
+                                   or not all(_PIN.match(str(v)) for v in matrix)):
+            raise VersionsError(f"{where}.matrix must be a list of vX.Y.Z versions holding its version "
+                                f"{spec['version']}, got {matrix!r}")
         known = {"version", "module", "build", "binaries", "ldflags"}
+        version = spec["previous"] if previous and spec.get("previous") else spec["version"]
+        if name == "kubernetes" and kubernetes:
+            version = _matrix_pin(kubernetes, spec.get("matrix") or [spec["version"]], where)
         out[name] = Component(
             name=name,
-            version=spec["previous"] if previous and spec.get("previous") else spec["version"],
+            version=version,
             module=spec["module"],
             build=spec["build"],
             binaries=dict(spec.get("binaries") or {}),
@@ -84,6 +93,28 @@ def load(path: Path = VERSIONS_FILE, previous: bool = False) -> dict[str, Compon
 
 
 _PIN = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+
+
+def _matrix_pin(wanted: str, matrix: list[str], where: str) -> str:
+    """The version of `matrix` that `wanted` names: itself (v1.36.3 or 1.36.3) or its minor (1.36, v1.36)."""
+    want = wanted if wanted.startswith("v") else f"v{wanted}"
+    found = [v for v in matrix if v == want or v.rsplit(".", 1)[0] == want]
+    if not found:
+        raise VersionsError(f"Kubernetes {wanted!r} is not pinned for the local cluster; allowed: "
+                            f"{', '.join(matrix)} or their minors ({where}.matrix)")
+    return found[0]
+
+
+def kubernetes_matrix(path: Path = VERSIONS_FILE) -> list[str]:
+    """The Kubernetes versions the local cluster runs (versions.yml kubernetes.matrix), the default first."""
+    comp = load(path)["kubernetes"]
+    return [comp.version, *(v for v in comp.extra.get("matrix") or [] if v != comp.version)]
+
+
+def kubernetes_pin(wanted: str, path: Path = VERSIONS_FILE) -> str:
+    """The pinned version that `wanted` (a version or minor of the matrix) names; a VersionsError naming the
+    pinned ones for anything else."""
+    return load(path, kubernetes=wanted)["kubernetes"].version
 
 
 def version_tuple(version: str) -> tuple[int, int, int] | None:

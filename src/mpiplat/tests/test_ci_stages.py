@@ -57,6 +57,32 @@ def test_a_failed_step_ends_its_lane_lets_the_stage_finish_and_stops_the_schedul
     assert "== CPU: the machine busy " in out and "; the steps " in out
 
 
+def test_the_matrix_runs_the_cluster_profile_at_each_kubernetes_version_and_every_version_after_a_failed_one(
+        capsys):
+    from mpiplat.versions import kubernetes_matrix
+
+    stages = _stages()
+    schedule = stages.matrix(kubernetes_matrix())
+    assert [s.name for s in schedule] == [f"kubernetes-{v}" for v in kubernetes_matrix()] + ["kubernetes-upgrade"]
+    (upgrade,) = schedule[-1].lanes
+    assert f"mpiplat cluster up --kubernetes {kubernetes_matrix()[0]}" in upgrade.steps
+    assert any("-m matrix" in s and stages.K8S_UPGRADE in s for s in upgrade.steps)
+    assert (ROOT / stages.K8S_UPGRADE).is_file()
+    for stage, version in zip(schedule[:-1], kubernetes_matrix(), strict=True):
+        (lane,) = stage.lanes
+        assert lane.env["MPIPLAT_CLUSTER"] == "matrix"
+        assert f"mpiplat cluster up --kubernetes {version}" in lane.steps
+        assert any("--profile cluster" in s and f"reports/matrix/{version}" in s for s in lane.steps)
+    failing = [stages.Stage("one", "why", [stages.Lane("a", ["exit 3"])]),
+               stages.Stage("two", "why", [stages.Lane("b", ["echo reached"])])]
+    assert stages.run(failing, keep_going=True) == 1
+    out = capsys.readouterr().out
+    assert "[b] reached" in out and "FAILED: a step 1" in out
+    with pytest.raises(SystemExit):
+        stages.main(["--matrix", "1.33", "--list"])
+    assert "Kubernetes '1.33' is not pinned for the local cluster" in capsys.readouterr().err
+
+
 def test_a_lane_after_others_starts_when_they_end_and_is_skipped_if_one_failed(tmp_path, capsys):
     stages = _stages()
     mark = tmp_path / "a-ended"
