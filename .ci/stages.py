@@ -155,10 +155,13 @@ def matrix(versions: list[str], upgrade: bool = True) -> list[Stage]:
     (each its own stage, on the cluster `matrix`), as `make demo` runs it, reports in reports/matrix/VERSION;
     then, with `upgrade`, a Kubernetes upgrade one minor up from the first with a real job running across it."""
     env, down = {"MPIPLAT_CLUSTER": "matrix"}, "mpiplat cluster down >/dev/null 2>&1"
+    # The settings site.yml writes for this cluster (its Prometheus), not over the default cluster's.
+    settings = "$PWD/reports/matrix/settings-{0}.yml"
     stages = [Stage(f"kubernetes-{v}", f"the cluster profile on Kubernetes {v}", [
-        Lane(f"k8s-{v}", ["mpiplat cluster down", f"mpiplat cluster up --kubernetes {v}", SITE,
-                          f"{KUBECONFIG} && mpiplat conformance run --profile cluster --settings "
-                          f"inventories/local/conformance-settings.yml --report-dir reports/matrix/{v}",
+        Lane(f"k8s-{v}", ["mpiplat cluster down", f"mpiplat cluster up --kubernetes {v}",
+                          f"mkdir -p reports/matrix && {SITE} -e mpiplat_conformance_settings={settings.format(v)}",
+                          f"{KUBECONFIG} && mpiplat conformance run --profile cluster --settings {settings.format(v)} "
+                          f"--report-dir reports/matrix/{v}",
                           "mpiplat cluster down"],
              env=env, cleanup=down)]) for v in versions]
     if upgrade:

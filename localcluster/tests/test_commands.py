@@ -52,6 +52,7 @@ def test_env_prints_a_working_kubeconfig(kube):
     assert cluster.kubeconfig_path().is_file()
     helm = lines[1].removeprefix("export MPIPLAT_HELM=")
     assert subprocess.run([helm, "version", "--short"], capture_output=True).returncode == 0
+    assert lines[2] == f"export MPIPLAT_PROMETHEUS_URL={processes.prometheus_url()}"  # this cluster's, for the suite
 
 
 def test_up_again_is_idempotent_and_restarts_nothing(kube):

@@ -88,8 +88,10 @@ def _cluster(args) -> int:
         return 0 if report["healthy"] else 1
     elif args.action == "env":
         from mpiplat.localcluster.build import binary
+        from mpiplat.localcluster.processes import prometheus_url
 
-        env = {"KUBECONFIG": str(cluster.kubeconfig_path()), "MPIPLAT_HELM": str(binary("helm"))}
+        env = {"KUBECONFIG": str(cluster.kubeconfig_path()), "MPIPLAT_HELM": str(binary("helm")),
+               "MPIPLAT_PROMETHEUS_URL": prometheus_url()}
         if args.json:
             _print_json(env)
         else:
@@ -259,7 +261,7 @@ def parser() -> argparse.ArgumentParser:
     s = csub.add_parser("status", help="health of each component")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cluster)
-    e = csub.add_parser("env", help="print the KUBECONFIG (and the helm binary) to export")
+    e = csub.add_parser("env", help="print the KUBECONFIG, the helm binary and the cluster's Prometheus to export")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=_cluster)
 
