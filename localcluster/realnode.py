@@ -22,6 +22,7 @@ first and put back by `down` (mpiplat.localcluster.hoststate).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -349,6 +350,13 @@ STORAGE_SA = "local-path-provisioner"
 STORAGE_CONFIGMAP = "local-path-config"
 
 
+@functools.cache
+def _has_flag(exe: str, flag: str) -> bool:
+    """Whether a binary takes `flag` (its --help lists it): what differs between the Kubernetes versions of
+    versions.yml's matrix is told here, from the binary itself."""
+    return f"  {flag} " in subprocess.run([exe, "--help"], capture_output=True, text=True).stdout
+
+
 def _argv(proc: NodeProcess) -> list[str]:
     d, exe = node_dir(), str(build.binary(proc.name))
     if proc.name == "containerd":
@@ -357,9 +365,9 @@ def _argv(proc: NodeProcess) -> list[str]:
         return [exe, f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={d / 'kubelet.kubeconfig'}",
                 f"--hostname-override={NAME}", f"--node-ip={network().node_ip}", f"--root-dir={d / 'kubelet'}",
                 f"--cert-dir={d / 'kubelet-pki'}", "--node-labels=" + ",".join(f"{k}={v}" for k, v in LABELS.items()),
-                # cAdvisor's own flag (deprecated in the kubelet, no config field): without it cAdvisor looks for
-                # /run/containerd and reports no container by pod, which the dashboard's panels query.
-                f"--containerd={_sock()}"]
+                # cAdvisor's own flag (deprecated in the kubelet, no config field; gone in 1.37): without it
+                # cAdvisor looks for /run/containerd and reports no container by pod, which the dashboard queries.
+                *([f"--containerd={_sock()}"] if _has_flag(exe, "--containerd") else [])]
     if proc.name == "kube-proxy":
         return [exe, f"--config={d / 'kube-proxy.yaml'}"]
     if proc.name == "local-path-provisioner":
@@ -637,8 +645,9 @@ def up(say: Callable[[str], None], image_registry: str = "") -> None:
     with ThreadPoolExecutor(1) as pool:
         imported = pool.submit(images.import_into, ctr())  # meanwhile the kubelet registers the node
         apply(storage_objects())
-        # kube-router and the provisioner need the Node object the kubelet registers.
-        early = [_process("kubelet"), _process("kube-proxy")]
+        # kube-router, kube-proxy and the provisioner need the Node object the kubelet registers (kube-proxy 1.37
+        # exits when its node's addresses change, from none to the node IP).
+        early = [_process("kubelet")]
         late = [p for p in PROCESSES if p not in early and p is not containerd]
         for proc in early:
             _start(proc)
