@@ -65,6 +65,7 @@ CNI_BIN = "/usr/lib/cni"
 # What a node in its own namespaces mounts a tmpfs on: the paths kubelet, containerd and libcni use
 # whatever their flags (see hoststate.HOST_PATHS) are under them, and none of them is needed there.
 PRIVATE_MOUNTS = ("/run", "/var/lib", "/var/log")
+CADVISOR_SOCKET = Path("/run/containerd/containerd.sock")  # where cAdvisor looks for containerd unless told
 
 
 def node_dir() -> Path:
@@ -357,6 +358,22 @@ def _has_flag(exe: str, flag: str) -> bool:
     return f"  {flag} " in subprocess.run([exe, "--help"], capture_output=True, text=True).stdout
 
 
+def _cadvisor_link(say: Callable[[str], None]) -> None:
+    """cAdvisor, in the kubelet, names containers by pod only if it reaches the node's containerd; without that the
+    dashboard's per-pod queries have no data (MON-03). Up to 1.36 the kubelet passes it `--containerd`; from 1.37,
+    which dropped the flag, cAdvisor asks CADVISOR_SOCKET, so that becomes a link to the node's socket in the node's
+    mount namespace (a tmpfs of its own, or the host's, where `down` removes it as it does all new under
+    /run/containerd) unless something else is there."""
+    if _has_flag(str(build.binary("kubelet")), "--containerd"):
+        return
+    link = CADVISOR_SOCKET
+    got = subprocess.run([*_enter(), "sh", "-c", f'[ -e {link} ] || [ -L {link} ] || {{ mkdir -p {link.parent} && '
+                          f'ln -s {_sock()} {link}; }}; readlink {link}'], capture_output=True, text=True).stdout
+    if got.strip() != str(_sock()):
+        say(f"  warning: {link} is not this node's containerd, so the kubelet's cAdvisor reports no container by pod "
+            "(the dashboard's per-pod panels, MON-03)")
+
+
 def _argv(proc: NodeProcess) -> list[str]:
     d, exe = node_dir(), str(build.binary(proc.name))
     if proc.name == "containerd":
@@ -365,8 +382,7 @@ def _argv(proc: NodeProcess) -> list[str]:
         return [exe, f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={d / 'kubelet.kubeconfig'}",
                 f"--hostname-override={NAME}", f"--node-ip={network().node_ip}", f"--root-dir={d / 'kubelet'}",
                 f"--cert-dir={d / 'kubelet-pki'}", "--node-labels=" + ",".join(f"{k}={v}" for k, v in LABELS.items()),
-                # cAdvisor's own flag (deprecated in the kubelet, no config field; gone in 1.37): without it
-                # cAdvisor looks for /run/containerd and reports no container by pod, which the dashboard queries.
+                # cAdvisor's own flag (deprecated in the kubelet, no config field; gone in 1.37, see _cadvisor_link).
                 *([f"--containerd={_sock()}"] if _has_flag(exe, "--containerd") else [])]
     if proc.name == "kube-proxy":
         return [exe, f"--config={d / 'kube-proxy.yaml'}"]
@@ -642,6 +658,7 @@ def up(say: Callable[[str], None], image_registry: str = "") -> None:
     containerd = _process("containerd")
     _start(containerd)
     _wait_healthy(containerd)
+    _cadvisor_link(say)
     with ThreadPoolExecutor(1) as pool:
         imported = pool.submit(images.import_into, ctr())  # meanwhile the kubelet registers the node
         apply(storage_objects())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -275,6 +276,28 @@ def test_another_clusters_node_has_namespaces_addresses_and_cgroups_of_its_own(m
     assert realnode.kubelet_config()["cgroupRoot"] == "/mpiplat-helm"
     args = {a["key"]: a["value"] for a in realnode.apiserver_patches()[1][0]["extraArgs"]}
     assert args["advertise-address"] == net.api_ip and args["enable-aggregator-routing"] == "true"
+
+
+def test_a_kubelet_without_cadvisors_containerd_flag_finds_the_nodes_containerd_where_cadvisor_looks(
+        monkeypatch, tmp_path):
+    """Kubernetes 1.37's kubelet has no --containerd: cAdvisor's default path becomes a link to the node's socket,
+    unless something else is there (then a warning says what has no data)."""
+    sock, link, said = tmp_path / "node" / "containerd.sock", tmp_path / "run" / "containerd" / "containerd.sock", []
+    monkeypatch.setattr(realnode, "_has_flag", lambda exe, flag: False)
+    monkeypatch.setattr(realnode, "_enter", lambda: [])
+    monkeypatch.setattr(realnode, "_sock", lambda: sock)
+    monkeypatch.setattr(realnode, "CADVISOR_SOCKET", link)
+    realnode._cadvisor_link(said.append)
+    realnode._cadvisor_link(said.append)  # again: the link is there
+    assert os.readlink(link) == str(sock) and said == []
+    link.unlink()
+    link.write_text("another containerd")
+    realnode._cadvisor_link(said.append)
+    assert link.read_text() == "another containerd" and len(said) == 1 and "reports no container by pod" in said[0]
+    monkeypatch.setattr(realnode, "_has_flag", lambda exe, flag: flag == "--containerd")
+    link.unlink()
+    realnode._cadvisor_link(said.append)  # up to 1.36 the kubelet's flag says where
+    assert not link.exists() and len(said) == 1
 
 
 @pytest.mark.parametrize("image, mirrored", [
