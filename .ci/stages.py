@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent  # mpiplat, pytest, molecule: the venv this runs in
+# The bundles, made in the install stage: the current pins' (the helm lane's, and where the upgrade lane's upgrade
+# goes) and the previous pins' (where it starts).
 BUNDLE = "/tmp/mpiplat-test-bundle"
-# The upgrade lane's bundles: the previous pins' (where its upgrade starts) and the current ones'.
-UPGRADE_BUNDLES = {"MPIPLAT_PREVIOUS_BUNDLE": "/tmp/mpiplat-upgrade-from", "MPIPLAT_BUNDLE": "/tmp/mpiplat-upgrade-to"}
+UPGRADE_BUNDLES = {"MPIPLAT_PREVIOUS_BUNDLE": "/tmp/mpiplat-upgrade-from", "MPIPLAT_BUNDLE": BUNDLE}
 PREVIOUS_IMAGES = " ".join(f"--only {c}-previous" for c in ("kueue", "jobset", "trainer", "mpi-operator"))
 MIRROR = "mirror.example.com/mpiplat"  # molecule/helm's mpiplat_image_registry: the helm node has the images so named
 SCALE_ROWS = "conformance/suite/test_scale.py"
@@ -89,7 +90,8 @@ STAGES = [
                        "--impl torch"], nice=5),
         Lane("lint", ["make --no-print-directory lint"], env={"KUBECONFIG": None}, nice=5),
         # The previous pins' controllers and their images (built once a version), then the upgrade lane's bare
-        # cluster with them and both bundles: the main stage has no CPU to spare for its start (CI35: 8 min there).
+        # cluster with them and both bundles (the helm lane's too): the main stage has no CPU to spare for its start
+        # (CI35: 8 min there).
         Lane("previous", ["mpiplat cluster build --previous", f"mpiplat cluster images {PREVIOUS_IMAGES}"], nice=5),
         Lane("upgrade-stack", ["mpiplat cluster down",
                                f"mpiplat cluster up --bare --image-registry {MIRROR}",
@@ -107,8 +109,8 @@ STAGES = [
                   "of it on each (8 min each on an idle machine, against 16 for the one lane before); the suite "
                   "beside the tenancy tests and the invalid inventories (their own teams, tn-*; no job of theirs "
                   "fails, so MON-01 can tell its own failure); the other `cluster` tests, some of whose jobs fail, "
-                  "follow them: by then MON-01, which the suite runs first, is long done. Once the fault lanes have "
-                  "ended, the upgrade path runs on its bare cluster (started in the install stage). The helm lane's "
+                  "follow them: by then MON-01, which the suite runs first, is long done. The upgrade path runs on its "
+                  "bare cluster (started in the install stage). The helm lane's "
                   "bare cluster and the CPU-bound offline tests fill the rest, at a lower CPU priority (nice 5). "
                   "Once the suite's and the tenancy tests' lanes end, the last test stops the default cluster", [
         Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider",
@@ -123,22 +125,22 @@ STAGES = [
                        + " ".join(f"--ignore={p}" for p in [TENANCY, INVALID, *SDK.split()])]),
         Lane("tenancy", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {TENANCY} {INVALID}",
                          f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {SDK}"]),
-        # A bare cluster of its own: the `bare` tests, then molecule `helm` from a fresh bundle (the
+        # A bare cluster of its own: the `bare` tests, then molecule `helm` from the current pins' bundle (the
         # controllers as real pods), then down (it fails if the node leaves a link or cgroup behind).
         Lane("helm", ["mpiplat cluster down",
                       f"mpiplat cluster up --bare --image-registry {MIRROR}",
                       f"{KUBECONFIG} && pytest -m bare -p no:cacheprovider -q",
-                      f"rm -rf {BUNDLE} && mpiplat bundle {BUNDLE}",
                       f"{KUBECONFIG} && MPIPLAT_BUNDLE={BUNDLE} molecule test -s helm",
                       "mpiplat cluster down"],
              env={"MPIPLAT_CLUSTER": "helm"}, cleanup="mpiplat cluster down >/dev/null 2>&1", nice=5),
         # The upgrade path from the previous pins on its bare cluster, with jobs running, queued and suspended across
-        # it (playbooks/tests/test_upgrade_path.py, about 9 min on an idle machine, 5 of which its jobs run), then
-        # down. Once the fault lanes have ended and taken their two clusters down: at nice 5 beside every lane,
-        # CI35's first playbook had not ended after 15 min, and `cluster up` again on the default cluster took 84 s.
+        # it (playbooks/tests/test_upgrade_path.py, about 8 min, 5 of which its jobs run), then down. From the
+        # stage's start, at the others' CPU priority: after the fault lanes (CI35 to CI37) it was the critical path,
+        # 10.4 + 8.2 min, with the machine 38 % idle in the stage (cold CI of 2026-12-01); at nice 5 beside every lane
+        # on a slow host its first playbook had not ended after 15 min (CI35).
         Lane("upgrade", [f"{KUBECONFIG} && pytest -m upgrade -p no:cacheprovider",
                          "mpiplat cluster down"],
-             env=UPGRADE, cleanup="mpiplat cluster down >/dev/null 2>&1", after=["faults", "faults-2"]),
+             env=UPGRADE, cleanup="mpiplat cluster down >/dev/null 2>&1"),
         Lane("offline", ["MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
              env={"KUBECONFIG": None}, nice=5),  # never a cluster's
         # The test that stops the default cluster and checks the host is as `up` found it: once the lanes that use
