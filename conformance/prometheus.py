@@ -14,6 +14,8 @@ from pathlib import Path
 
 from mpiplat.errors import MpiplatError
 
+EVALUATION_SLACK_S = 5  # beyond a rule group's interval, for its first evaluation to show in the API
+
 
 class PrometheusError(MpiplatError, RuntimeError):
     """Prometheus did not answer, or refused a query; the message says which and why."""
@@ -82,9 +84,22 @@ class Prometheus:
         return self._get("/api/v1/alerts")["alerts"]
 
     def alerting_rules(self) -> dict[str, dict]:
-        """The loaded alerting rules by name, each with its query, duration, health and last evaluation."""
-        return {r["name"]: r for g in self._get("/api/v1/rules")["groups"] for r in g["rules"]
-                if r.get("type") == "alerting"}
+        """The loaded alerting rules by name, each with its query, duration, health, last evaluation and its group's
+        evaluation `interval` (s)."""
+        return {r["name"]: {**r, "interval": g["interval"]} for g in self._get("/api/v1/rules")["groups"]
+                for r in g["rules"] if r.get("type") == "alerting"}
+
+    def evaluated_alerting_rules(self, names: list[str]) -> dict[str, dict]:
+        """alerting_rules(), once those of `names` that are loaded have been evaluated: a rule loaded a moment ago
+        (an install just before) has health `unknown` until its group's first evaluation, an interval later."""
+        rules, until = self.alerting_rules(), None
+        while unknown := [rules[n]["interval"] for n in names if rules.get(n, {}).get("health") == "unknown"]:
+            until = until or time.monotonic() + max(unknown) + EVALUATION_SLACK_S
+            if time.monotonic() > until:
+                break
+            time.sleep(0.5)
+            rules = self.alerting_rules()
+        return rules
 
     def targets(self) -> list[dict]:
         """The active scrape targets, each with its labels and health."""

@@ -192,6 +192,7 @@ def test_monitoring_dashboard_and_rules_present_and_valid(kube, settings, eviden
     assert not missing, f"Prometheus at {prometheus.url} has not loaded the alerts {missing} of PrometheusRule " \
                         f"mpiplat-mpi-training within {RULES_LOADED_S}s (does its ruleSelector match the rule's " \
                         "labels?)"
+    loaded = prometheus.evaluated_alerting_rules(list(wanted))
     differ = sorted(n for n, expr in wanted.items() if "".join(loaded[n]["query"].split()) != "".join(expr.split()))
     assert not differ, f"Prometheus evaluates other queries than PrometheusRule mpiplat-mpi-training for {differ}"
     sick = {n: loaded[n].get("lastError") for n in wanted if loaded[n]["health"] != "ok"}

@@ -36,8 +36,8 @@ def _ts(value: str) -> float:
 
 
 def _rule(prometheus, name: str) -> dict:
-    """The loaded alerting rule `name`."""
-    rules = prometheus.alerting_rules()
+    """The loaded alerting rule `name`, once evaluated."""
+    rules = prometheus.evaluated_alerting_rules([name])
     assert name in rules, (f"alert rule {name} is not loaded in Prometheus (it has {sorted(rules)}): "
                            "the monitoring role's PrometheusRule must be selected by this Prometheus")
     rule = rules[name]
