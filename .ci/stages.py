@@ -369,6 +369,7 @@ def run(stages: list[Stage], keep_going: bool = False) -> int:
     for stage in stages:
         say("stages", f"== stage {stage.name}: {', '.join(lane.name for lane in stage.lanes)} ({stage.why})")
         start, stage_cpu, stage_clusters = time.monotonic(), _machine_cpu(), by_command.clusters()
+        failed_before = len(failed)
         ended = {lane.name: Future() for lane in stage.lanes}
         threads = [threading.Thread(target=run_lane, args=(lane, times, failed, cpu, ended)) for lane in stage.lanes]
         for t in threads:
@@ -376,7 +377,7 @@ def run(stages: list[Stage], keep_going: bool = False) -> int:
         for t in threads:
             t.join()
         took = times[f"stage {stage.name}"] = time.monotonic() - start
-        say("stages", f"== stage {stage.name} {'FAILED' if failed else 'ok'} in {_minutes(took)}"
+        say("stages", f"== stage {stage.name} {'FAILED' if len(failed) > failed_before else 'ok'} in {_minutes(took)}"
                       f" ({', '.join(f'{lane.name} {_minutes(times[lane.name])}' for lane in stage.lanes)})")
         stage_busy, stage_idle = (now - before for now, before in zip(_machine_cpu(), stage_cpu, strict=True))
         clusters = by_command.clusters(since=stage_clusters)

@@ -78,6 +78,7 @@ def test_the_matrix_runs_the_cluster_profile_at_each_kubernetes_version_and_ever
     assert stages.run(failing, keep_going=True) == 1
     out = capsys.readouterr().out
     assert "[b] reached" in out and "FAILED: a step 1" in out
+    assert "== stage one FAILED in" in out and "== stage two ok in" in out  # each stage says its own outcome
     with pytest.raises(SystemExit):
         stages.main(["--matrix", "1.33", "--list"])
     assert "Kubernetes '1.33' is not pinned for the local cluster" in capsys.readouterr().err
