@@ -5,7 +5,8 @@ Security `restricted` as a team's. Its jobs queue in a cohort of two ClusterQueu
 ResourceFlavor of its own: `lend` (nominal quota for two of its jobs) and `borrow` (none: what it runs is
 borrowed from `lend`). What it recorded (the jobs, the controllers' versions, the CRDs' versions) is in the
 ConfigMap CONFIGMAP there, so `after` may run on another day, from another machine. `after` finds it by the
-label, and `remove` deletes all of it.
+label, releases the long jobs (`release`: they run until then, or upgrade.job_seconds at most, so that they span
+the upgrade however long it takes), and `remove` deletes all of it.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat.conformance.run import POD_SECURITY, REQUEST_TIMEOUT_S
 from mpiplat.errors import MpiplatError
+from mpiplat.jobs import WORKLOADS_CONFIGMAP, WORKLOADS_DIR
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, RESOURCEFLAVOR, Kind, Kube, wait_default_service_account
 
 LABEL = "mpiplat.io/conformance-upgrade"  # its value: the before phase's run id
 CONFIGMAP = "mpiplat-upgrade"
+RELEASED = "upgrade-released"  # the key `release` adds to the namespace's workloads ConfigMap
+RELEASED_PATH = f"{WORKLOADS_DIR}/{RELEASED}"  # where the long jobs' ranks see it (allreduce --until-exists)
 QUEUES = ("lend", "borrow")  # LocalQueue lq-<role> -> ClusterQueue <prefix>-upgrade-<id>-<role>
 REMOVE = (f"kubectl delete namespace -l {LABEL} && kubectl delete clusterqueues,resourceflavors.kueue.x-k8s.io "
           f"-l {LABEL}")
@@ -60,6 +64,21 @@ class Recorded:
     def job(self, role: str, **fields) -> None:
         self.note("jobs", {**self.data.get("jobs", {}), role: fields})
 
+    def release(self) -> None:
+        """Let the long jobs end: add RELEASED to the workloads ConfigMap their pods mount. The kubelet updates the
+        pods' copy within a minute or so; each job then ends after the round it is in."""
+        body = {"data": {RELEASED: _now()}}
+        try:
+            self.kube.core.patch_namespaced_config_map(WORKLOADS_CONFIGMAP, self.namespace, body,
+                                                       _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as err:
+            if err.status != 404:  # none: the before phase started no job
+                raise
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
 
 def _found(kube: Kube) -> list[client.V1Namespace]:
     return kube.core.list_namespace(label_selector=LABEL, _request_timeout=REQUEST_TIMEOUT_S).items
@@ -77,7 +96,7 @@ def begin(kube: Kube, run_id: str, prefix: str, quota: dict[str, str]) -> Record
             f"or remove it first: {REMOVE}")
     name = f"{prefix}-upgrade-{run_id}"
     labels = {LABEL: run_id, "app.kubernetes.io/part-of": "mpiplat-conformance"}
-    rec = Recorded(kube, name, {"run_id": run_id, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    rec = Recorded(kube, name, {"run_id": run_id, "started": _now()})
     flavor = name
     kube.create(RESOURCEFLAVOR, {"apiVersion": RESOURCEFLAVOR.api_version, "kind": "ResourceFlavor",
                                  "metadata": {"name": flavor, "labels": labels}, "spec": {}})

@@ -13,7 +13,7 @@ controllers as host processes. Callers use this module; the work is done in
 
 from __future__ import annotations
 
-from mpiplat.localcluster.lifecycle import all_ports, down, kubectl, print_status, status, up, upgrade
+from mpiplat.localcluster.lifecycle import all_ports, down, kubectl, print_status, status, unhealthy, up, upgrade
 from mpiplat.localcluster.state import (
     ClusterError,
     control_plane_ports,
@@ -26,4 +26,5 @@ from mpiplat.localcluster.state import (
 )
 
 __all__ = ["ClusterError", "all_ports", "control_plane_ports", "down", "instance", "kubeconfig_path", "kubectl",
-           "kubernetes_file", "kubernetes_version", "log_file", "print_status", "state_dir", "status", "up", "upgrade"]
+           "kubernetes_file", "kubernetes_version", "log_file", "print_status", "state_dir", "status", "unhealthy",
+           "up", "upgrade"]

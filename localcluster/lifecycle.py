@@ -325,7 +325,7 @@ def upgrade(kubernetes: str) -> None:
         for name in NODE_UPGRADE_ORDER:
             with progress(f"restarting the real node's {name} at {target}", every=PLAIN_EVERY):
                 realnode.stop_process(name)
-                realnode.start_process(name)
+                realnode.start_process(name, say=_say)
             _say(f"  {name} {target} healthy ({time.monotonic() - start:.1f}s)")
     _say(f"cluster upgraded to Kubernetes {target} in {time.monotonic() - start:.1f}s")
 
@@ -376,9 +376,27 @@ def status() -> dict:
             "rss_mib": sum(c["rss_mib"] for c in comps.values()), "components": comps}
 
 
+def _state(component: dict) -> str:
+    if component["healthy"]:
+        return "healthy"
+    return "running, not healthy" if component["running"] else "stopped"
+
+
+def unhealthy(report: dict) -> str:
+    """Each component of a status() report that is not healthy: its state, restarts and its log's last lines."""
+    said = []
+    for name, c in report["components"].items():
+        if c["healthy"]:
+            continue
+        restarted = f", restarted {c['restarts']}x" if c.get("restarts") else ""
+        log = f"; last lines of {c['log']}:\n{processes.tail(Path(c['log']), 8)}" if c.get("log") else ""
+        said.append(f"{name}: {_state(c)}{restarted}{log}")
+    return "\n".join(said) or "every component healthy"
+
+
 def print_status(report: dict) -> None:
     for name, c in report["components"].items():
-        state = "healthy" if c["healthy"] else ("running, not healthy" if c["running"] else "stopped")
+        state = _state(c)
         restarted = f"  restarted {c['restarts']}x (see {c['log']})" if c.get("restarts") else ""
         print(f"  {name:28} {state:22} {c['rss_mib']:>5} MiB{restarted}")
     print(f"cluster: {'healthy' if report['healthy'] else 'NOT healthy'}; resident memory "

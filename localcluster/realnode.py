@@ -351,7 +351,7 @@ STORAGE_SA = "local-path-provisioner"
 STORAGE_CONFIGMAP = "local-path-config"
 
 
-@functools.cache
+@functools.cache  # a built binary's path names its version: its flags never change
 def _has_flag(exe: str, flag: str) -> bool:
     """Whether a binary takes `flag` (its --help lists it): what differs between the Kubernetes versions of
     versions.yml's matrix is told here, from the binary itself."""
@@ -397,9 +397,11 @@ def _argv(proc: NodeProcess) -> list[str]:
     raise KeyError(proc.name)
 
 
-def _start(proc: NodeProcess) -> None:
+def _start(proc: NodeProcess, say: Callable[[str], None] = print) -> None:
     if processes.running_pid(proc.pid_file()):
         return
+    if proc.name == "kubelet":  # each start, as `cluster upgrade` may bring a kubelet without --containerd
+        _cadvisor_link(say)
     log = log_file(proc.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     proc.pid_file().parent.mkdir(parents=True, exist_ok=True)
@@ -613,10 +615,10 @@ def _process(name: str) -> NodeProcess:
     return next(p for p in PROCESSES if p.name == name)
 
 
-def start_process(name: str, timeout: float = 90) -> None:
+def start_process(name: str, timeout: float = 90, say: Callable[[str], None] = print) -> None:
     """Start one of the node's processes (`PROCESSES`) unless it runs, and wait until it is healthy."""
     proc = _process(name)
-    _start(proc)
+    _start(proc, say)
     _wait_healthy(proc, timeout=timeout)
 
 
@@ -658,7 +660,6 @@ def up(say: Callable[[str], None], image_registry: str = "") -> None:
     containerd = _process("containerd")
     _start(containerd)
     _wait_healthy(containerd)
-    _cadvisor_link(say)
     with ThreadPoolExecutor(1) as pool:
         imported = pool.submit(images.import_into, ctr())  # meanwhile the kubelet registers the node
         apply(storage_objects())
@@ -667,7 +668,7 @@ def up(say: Callable[[str], None], image_registry: str = "") -> None:
         early = [_process("kubelet")]
         late = [p for p in PROCESSES if p not in early and p is not containerd]
         for proc in early:
-            _start(proc)
+            _start(proc, say)
         for proc in early:
             _wait_healthy(proc, timeout=90)
         _wait_ready()

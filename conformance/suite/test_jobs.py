@@ -239,6 +239,8 @@ def test_deleting_a_job_removes_everything_it_created(kube, run, mpijob_spec):
 
 @pytest.mark.requirement("JOB-08")
 def test_ssh_key_material_is_unique_per_job(kube, run, mpijob_spec):
+    """Two MPIJobs get different SSH keys, and each one's running pods mount its own key, not the other's (the
+    row's evidence is where those pods ran; reading the Secrets alone showed objects or more, by timing)."""
     ns = run.namespace()
     for name in ("a", "b"):
         submit_job(kube, mpijob_spec(f"key-{name}", ns, workers=2,
@@ -255,6 +257,13 @@ def test_ssh_key_material_is_unique_per_job(kube, run, mpijob_spec):
     assert not missing, f"no SSH Secret {missing} within {kube.waited(60):.0f}s of the MPIJobs' creation"
     assert keys["a"]["ssh-privatekey"] != keys["b"]["ssh-privatekey"]
     assert keys["a"]["ssh-publickey"] != keys["b"]["ssh-publickey"]
+    for name, other in (("a", "b"), ("b", "a")):
+        pods = wait_pods(kube, ns, f"{JOB_LABEL}=key-{name}", all_running(3), timeout=120)  # 2 workers + launcher
+        for pod in pods:
+            mounted = {v.secret.secret_name for v in pod.spec.volumes or [] if v.secret}
+            assert f"key-{name}-ssh" in mounted and f"key-{other}-ssh" not in mounted, (
+                f"pod {ns}/{pod.metadata.name} of MPIJob key-{name} mounts the Secrets {sorted(mounted)}: "
+                f"wanted its own key-{name}-ssh, not key-{other}-ssh")
 
 
 @pytest.mark.requirement("JOB-09")

@@ -4,10 +4,10 @@
     pytest conformance/suite --profile upgrade --phase after [--settings S]     # minutes or days later
 
 --phase before starts, in a namespace of its own (conformance/upgrading.py): a real MPIJob and a real TrainJob
-that run for the settings' upgrade.job_seconds, a real job whose ClusterQueue borrows its quota from the cohort,
-a job queued behind them and a suspended job. It records them, and the controllers' and CRDs' versions, in the
-cluster. Its rows are partial: --phase after judges them. It waits for those jobs, checks the stack, runs new jobs
-on the three MPIs and deletes the namespace (not with --keep).
+that run until --phase after releases them (upgrade.job_seconds at most), a real job whose ClusterQueue borrows
+its quota from the cohort, a job queued behind them and a suspended job. It records them, and the controllers'
+and CRDs' versions, in the cluster. Its rows are partial: --phase after judges them. It releases those jobs, waits
+for them, checks the stack, runs new jobs on the three MPIs and deletes the namespace (not with --keep).
 """
 
 from __future__ import annotations
@@ -37,12 +37,17 @@ START_TIMEOUT_S = 300  # for a job's pods to run (the real node may pull or star
 END_MARGIN_S = 300  # after a job's own duration, for it to end
 
 
+def _long(seconds: float) -> list[str]:
+    """The allreduce arguments of a job that runs until --phase after releases it, `seconds` at most."""
+    return ARGS + ["--for-seconds", f"{seconds:g}", "--until-exists", upgrading.RELEASED_PATH]
+
+
 def _mpijob(mpijob_spec, name: str, ns: str, seconds: float = 0, **kw):
-    """A real 2-worker allreduce MPIJob; `seconds`: it repeats its case that long. Its workers ask for little CPU
-    (they sleep between rounds): a controller's rolling update needs room for its new pod beside the old one, and
-    on the local cluster's real node the jobs' default requests left Kueue's new pod Pending."""
+    """A real 2-worker allreduce MPIJob; `seconds`: it runs until released, that long at most. Its workers ask for
+    little CPU (they sleep between rounds): a controller's rolling update needs room for its new pod beside the old
+    one, and on the local cluster's real node the jobs' default requests left Kueue's new pod Pending."""
     return mpijob_spec(name, ns, real=True, workers=2, workload="allreduce", memory="256Mi", cpu="20m",
-                       workload_args=ARGS + (["--for-seconds", f"{seconds:g}"] if seconds else []), **kw)
+                       workload_args=_long(seconds) if seconds else ARGS, **kw)
 
 
 def _requests(manifest: dict) -> dict[str, int]:
@@ -71,6 +76,7 @@ def upgrade(pytestconfig, kube, run, settings, mpijob_spec):
             kube.core.create_namespaced_config_map(rec.namespace, workloads.configmap(rec.namespace))
         else:
             rec = upgrading.find(kube)
+            rec.release()
     except upgrading.UpgradeStateError as err:
         pytest.fail(str(err), pytrace=False)
     yield rec
@@ -121,8 +127,8 @@ def _spanned(kube, evidence, what: str, start: datetime | None, end: datetime | 
         return "; ".join(f"the {component} controller was rolled out to {image} at {t:%H:%M:%S} while {what} ran "
                          "(the upgrade)" for t, image in during)
     evidence.partial(f"{what} ran {start and f'{start:%H:%M:%S}'} to {end and f'{end:%H:%M:%S}'}; no rollout of the "
-                     f"{component} controller meanwhile: the upgrade did not reach it while the job ran (a longer "
-                     "upgrade.job_seconds would)")
+                     f"{component} controller meanwhile: the upgrade did not reach it while the job ran (it runs "
+                     "until --phase after, upgrade.job_seconds at most: run --phase after sooner, or raise that)")
     return f"the {component} controller was not rolled out while {what} ran"
 
 
@@ -221,7 +227,7 @@ def test_before_a_real_trainjob_runs(kube, upgrade, used, settings, trainjob_spe
     runtimes.copy(kube, jobs.MPI_RUNTIME, used, image)
     spec = trainjob_spec("train", used, real=True, num_nodes=2, runtime=jobs.MPI_RUNTIME,
                          runtime_kind="TrainingRuntime", image=image, workload="allreduce",
-                         workload_args=ARGS + ["--for-seconds", f"{settings.upgrade['job_seconds']:g}"])
+                         workload_args=_long(settings.upgrade["job_seconds"]))
     manifest = jobs.trainjob(spec)
     runtimes.wait_seen(kube, manifest)
     kube.create(TRAINJOB, manifest)

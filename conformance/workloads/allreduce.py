@@ -1,6 +1,7 @@
 """Allreduce(SUM) correctness check; every rank verifies the global sum.
 
-Usage: mpiexec -n 4 python allreduce.py [--counts 1,1000,262144] [--dtypes float64,int64] [--for-seconds S]
+Usage: mpiexec -n 4 python allreduce.py [--counts 1,1000,262144] [--dtypes float64,int64] [--for-seconds S
+                                        [--until-exists PATH]]
 
 Rank r contributes x_r[i] = (r + 1) * 1000 + (i % 997), so every element of the sum is
 known in closed form: 1000 * n(n+1)/2 + n * (i % 997). All values are integers well
@@ -11,7 +12,9 @@ For each (dtype, count) case rank 0 prints one line
 short human line. Exits 1 on every rank if any rank saw a wrong element.
 
 ``--for-seconds S`` repeats every case, a second apart, until S seconds have passed (a job that must still run
-while something else happens, e.g. an upgrade of the stack); each round's lines carry its number.
+while something else happens, e.g. an upgrade of the stack); each round's lines carry its number. With
+``--until-exists PATH`` it stops sooner, after the round in which rank 0 sees PATH exist (the `upgrade` profile's
+--phase after adds that key to the ConfigMap the script came in).
 
 ``--inject-wrong-rank R`` (or MPIPLAT_INJECT_WRONG_RANK=R) makes rank R add 1 to the first
 element of its contribution, to prove the check fails.
@@ -66,6 +69,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=5, help="timed Allreduce calls per case (default: 5)")
     parser.add_argument("--for-seconds", type=float, default=0, metavar="S",
                         help="repeat the cases, a second apart, until S seconds have passed (default: one round)")
+    parser.add_argument("--until-exists", metavar="PATH",
+                        help="with --for-seconds: stop sooner, once rank 0 sees PATH exist")
     parser.add_argument("--inject-wrong-rank", type=int, default=int(env_inject) if env_inject else None,
                         metavar="R", help="rank R contributes a wrong value (proves the check fails)")
     parser.add_argument("--kill-rank", type=int, metavar="R",
@@ -89,6 +94,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--kill-after must be >= 0")
     if args.for_seconds < 0:
         parser.error("--for-seconds must be >= 0")
+    if args.until_exists and not args.for_seconds:
+        parser.error("--until-exists needs --for-seconds (the most it runs)")
     return args
 
 
@@ -137,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     all_ok, started, round_ = True, MPI.Wtime(), 1
     while True:
         all_ok = one_round(comm, args, library, round_) and all_ok
-        # Rank 0's clock decides for all, so every rank runs the same rounds.
-        if not comm.bcast(MPI.Wtime() - started < args.for_seconds if rank == 0 else None, root=0):
+        # Rank 0 decides for all, so every rank runs the same rounds.
+        if not comm.bcast(rank == 0 and MPI.Wtime() - started < args.for_seconds
+                          and not (args.until_exists and os.path.exists(args.until_exists)), root=0):
             return 0 if all_ok else 1
         time.sleep(1)
         round_ += 1

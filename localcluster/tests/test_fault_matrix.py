@@ -97,7 +97,8 @@ def test_the_suite_fails_the_faults_rows_with_an_actionable_message(fault, befor
             wrong.append(f"{rid} (sampled: the fault should leave it passing) {r['status']}: {r['message'][:600]}")
     assert not wrong, f"under fault {fault.name} ({expected.what}):\n" + "\n".join(wrong) + \
         f"\n--- suite output\n{proc.stdout[-4000:]}"
-    assert cluster.status()["healthy"], f"the cluster is not healthy after undoing {fault.name}"
+    report = cluster.status()
+    assert report["healthy"], f"the cluster is not healthy after undoing {fault.name}: {cluster.unhealthy(report)}"
     assert faults.baseline() == before, f"undoing {fault.name} did not restore the cluster"
 
 

@@ -300,6 +300,25 @@ def test_a_kubelet_without_cadvisors_containerd_flag_finds_the_nodes_containerd_
     assert not link.exists() and len(said) == 1
 
 
+def test_every_kubelet_start_links_cadvisors_socket_as_cluster_upgrade_to_137_restarts_it(monkeypatch, tmp_path):
+    """`cluster upgrade` 1.36 -> 1.37 restarts the kubelet at a version without --containerd: the link is made
+    where the kubelet starts (up, upgrade, a fault's restart), not only by `up`; other processes need none."""
+    monkeypatch.setenv("MPIPLAT_STATE", str(tmp_path / "state"))
+    linked, started = [], []
+    monkeypatch.setattr(realnode, "_cadvisor_link", lambda say: linked.append(say))
+    monkeypatch.setattr(realnode, "_argv", lambda proc: ["true"])
+    monkeypatch.setattr(realnode, "_enter", lambda: [])
+    monkeypatch.setattr(realnode, "node_dir", lambda: tmp_path)
+    monkeypatch.setattr(realnode.build, "binary", lambda name, *a: tmp_path / name)
+    monkeypatch.setattr(realnode.subprocess, "Popen",
+                        lambda argv, **kw: started.append(argv) or type("Started", (), {"pid": 1})())
+    monkeypatch.setattr(realnode.processes, "running_pid", lambda pid_file: None)
+    realnode._start(realnode._process("kube-proxy"))
+    assert linked == [] and started == [["true"]]
+    realnode._start(realnode._process("kubelet"), print)
+    assert linked == [print] and len(started) == 2
+
+
 @pytest.mark.parametrize("image, mirrored", [
     ("registry.k8s.io/kueue/kueue:v0.19.2", "mirror.example.com/mpiplat/kueue/kueue:v0.19.2"),
     ("docker.io/mpioperator/mpi-operator:0.8.2", "mirror.example.com/mpiplat/mpioperator/mpi-operator:0.8.2"),

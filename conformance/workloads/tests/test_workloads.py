@@ -74,6 +74,25 @@ def test_allreduce_for_seconds_repeats_every_case_until_the_time_has_passed(run_
     assert rounds == list(range(1, len(rounds) + 1)) and len(rounds) >= 3, run.output  # 0 s, 1 s, 2 s, maybe 3 s
 
 
+def test_allreduce_until_exists_stops_once_the_path_exists(run_workload: Runner, tmp_path) -> None:
+    """The `upgrade` profile's jobs: --for-seconds is the most; --phase after releases them by adding a file."""
+    released = tmp_path / "upgrade-released"
+
+    def rounds(seconds: str) -> list[int]:
+        run = run_workload("openmpi", 2, "allreduce", "--counts", "10", "--dtypes", "int64",
+                           "--for-seconds", seconds, "--until-exists", str(released))
+        return [r["round"] for r in results.assert_passed(run.results, "allreduce", ranks=2)]
+
+    assert len(rounds("2.5")) >= 3  # not there: it runs its seconds
+    released.write_text("")
+    assert rounds("600") == [1]
+
+
+def test_allreduce_until_exists_needs_for_seconds(run_workload: Runner, tmp_path) -> None:
+    run = run_workload("mpich", 2, "allreduce", "--until-exists", str(tmp_path / "x"))
+    assert run.returncode == 2 and "--until-exists needs --for-seconds" in run.stderr, run.output
+
+
 def test_allreduce_refuses_to_inject_into_a_rank_that_does_not_exist(run_workload: Runner) -> None:
     run = run_workload("mpich", 2, "allreduce", "--inject-wrong-rank", "5")
     assert run.returncode == 2, run.output
