@@ -461,6 +461,8 @@ def test_bad_team_input_fails_in_preflight_naming_field_value_and_allowed(case, 
     rc, out, changed = _run(ansible_env, vars_file, playbook="playbooks/preflight.yml")
     assert rc != 0 and changed == 0, out[-3000:]
     assert re.search(expect, " ".join(out.split())), out[-3000:]
+    # Bad input fails before the first module runs (the helm check's stat, seconds on a loaded host).
+    assert "Find the helm binary" not in out, out[-3000:]
 
 
 # ---- state absent (runs last in this module)
