@@ -166,7 +166,7 @@ def test_worker_counts_and_slots_are_honoured(kube, run, settings, mpijob_spec, 
         assert hostfile == [f"{name}-worker-{i}.{name}.{ns}.svc slots=3" for i in range(workers)], hostfile
     finally:
         # The largest job's pods go at once, not with the namespace, and before the next row: JOB-06's first job
-        # waited 30 s behind these 512 pods' deletion on a slow host (CI34).
+        # waited 30 s behind its 512 pods' deletion on a slow host (CI34).
         kube.delete(MPIJOB, name, ns)
         pods_left(kube, [ns], f"{JOB_LABEL}={name}", 120)
 
