@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from mpiplat.jobs import CLEAN_POD_POLICIES, IMPLEMENTATIONS, LAUNCHER_CREATION_POLICIES, MPIJob
-from mpiplat.sdk import WAIT_FOR, Client, JobStatus, JobTimeout, job_status
+from mpiplat.sdk import UNTIL, WAIT_FOR, Client, JobStatus, JobTimeout, job_status
 
 TIMED_OUT = 124
 
@@ -168,8 +168,7 @@ def _wait(args) -> int:
     except JobTimeout as err:
         print(f"timed out: {err}", file=sys.stderr)
         return TIMED_OUT
-    reached = args.for_ == "finished" or st.phase.lower() == args.for_ or (
-        args.for_ == "running" and st.phase == "Succeeded")
+    reached = st.phase in UNTIL[args.for_]
     print(f"mpijob.kubeflow.org/{args.name} {st.phase}" + (f": {st.message}" if st.message else ""))
     if not reached:
         print(c.diagnose(args.name), file=sys.stderr)

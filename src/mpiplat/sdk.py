@@ -83,7 +83,11 @@ class JobTimeout(JobError, TimeoutError):
 # What `phase` can be, in the order a job passes them. Queued: suspended by Kueue, waiting for quota.
 PHASES = ("Pending", "Queued", "Suspended", "Created", "Running", "Succeeded", "Failed")
 FINISHED = ("Succeeded", "Failed")
-WAIT_FOR = ("succeeded", "failed", "running", "finished")
+# What each `wait(until=...)` waits for; a job that finished otherwise ends the wait too. Suspended: once the
+# operator (or Kueue) has stopped the job, not as soon as runPolicy.suspend is set.
+UNTIL = {"succeeded": ("Succeeded",), "failed": ("Failed",), "running": ("Running", "Succeeded"),
+         "suspended": ("Suspended", "Queued"), "finished": FINISHED}
+WAIT_FOR = tuple(UNTIL)
 WHICH = ("launcher", "workers", "all")  # or a worker's index
 FOLLOW_DRAIN_S = 3.0  # how long follow_logs reads on once the job has finished
 _VAP_DENIAL = re.compile(r"ValidatingAdmissionPolicy '([^']+)' with binding '[^']*' denied request: (.*)", re.S)
@@ -470,14 +474,13 @@ class Client:
 
     def wait(self, name: str, namespace: str | None = None, *, until: str = "finished",
              timeout: float = 600) -> JobStatus:
-        """Watch the job until it is `until` (succeeded, failed, running or finished) or finished otherwise;
-        returns its status then (check `.phase`). Raises JobTimeout, with the last status, at `timeout`."""
+        """Watch the job until it is `until` (one of WAIT_FOR) or finished otherwise; returns its status then
+        (check `.phase`). Raises JobTimeout, with the last status, at `timeout`."""
         if until not in WAIT_FOR:
             raise JobError(f"until is {until!r}; allowed: {', '.join(WAIT_FOR)}")
         namespace = namespace or self.namespace
         last = self.status(name, namespace)
-        reached = {"succeeded": ("Succeeded",), "failed": ("Failed",), "finished": FINISHED,
-                   "running": ("Running", *FINISHED)}[until]
+        reached = UNTIL[until]
         with self._explained("watch", namespace, name):
             for obj in self.kube.watch_object(MPIJOB, name, namespace, timeout):
                 last = job_status(obj)

@@ -356,7 +356,7 @@ def test_suspend_and_resume_of_a_queued_job_act_on_its_workload(sdk: Client, kub
 def test_a_job_without_a_queue_is_suspended_through_its_run_policy(sdk: Client):
     sdk.create(MPIJob(name="plain", workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated()))
     assert "runPolicy.suspend to true" in sdk.suspend("plain")
-    assert sdk.status("plain").phase == "Suspended"
+    assert sdk.wait("plain", until="suspended", timeout=60).phase == "Suspended"  # once the operator stopped it
     assert "runPolicy.suspend to false" in sdk.resume("plain")
     assert sdk.wait("plain", until="running", timeout=60).phase == "Running"
 
@@ -492,8 +492,9 @@ def test_job_status_phases():
     assert phase(True, "Created") == "Queued"
     assert phase(False, "Created") == "Created"
     assert phase(False, "Created", "Running") == "Running"
+    assert phase(True, "Created", "Running") == "Running"  # runPolicy.suspend set, the operator not yet there
     assert phase(False, "Created", "Running", "Failed") == "Failed"
-    with pytest.raises(JobError, match="until is 'done'; allowed: succeeded, failed, running, finished"):
+    with pytest.raises(JobError, match="until is 'done'; allowed: succeeded, failed, running, suspended, finished"):
         Client.wait(Client.__new__(Client), "s", "n", until="done")
 
 
