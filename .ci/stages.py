@@ -235,8 +235,8 @@ class CommandCpu(threading.Thread):
     def __init__(self, every: float = 3.0):
         super().__init__(daemon=True)
         self.every, self.done = every, threading.Event()
-        # (pid, start time): (command, cluster, ticks so far)
-        self.seen: dict[tuple[int, int], tuple[str, str, int]] = {}
+        # (pid, start time): (command, cluster, ticks so far, comm when last seen)
+        self.seen: dict[tuple[int, int], tuple[str, str, int, str]] = {}
         self.used: dict[str, int] = {}
         self.by_cluster: dict[str, int] = {}
         self.sample()  # what ran before counts as nothing
@@ -267,11 +267,13 @@ class CommandCpu(threading.Thread):
                 continue
             comm, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
             key, ticks = (int(pid), int(fields[19])), int(fields[11]) + int(fields[12])
-            name, cluster, before = self.seen.get(key) or (*self.describe(pid, comm), 0)
+            name, cluster, before, was = self.seen.get(key) or (*self.describe(pid, comm), 0, comm)
             self.used[name] = self.used.get(name, 0) + ticks - before
             if cluster:
                 self.by_cluster[cluster] = self.by_cluster.get(cluster, 0) + ticks - before
-            self.seen[key] = (name, cluster, ticks)
+            if comm != was:  # it exec'd (a shell that became pytest): what it uses from now on is the new one's
+                name, cluster = self.describe(pid, comm)
+            self.seen[key] = (name, cluster, ticks, comm)
 
     def run(self) -> None:
         while not self.done.wait(self.every):

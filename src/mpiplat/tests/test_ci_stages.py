@@ -136,6 +136,17 @@ def test_cpu_by_command_counts_a_process_by_its_script_from_its_start(tmp_path):
     assert 0.3 <= used["python burn.py"] <= 0.7, used
 
 
+def test_cpu_by_command_follows_a_shell_that_execs_its_last_command(tmp_path):
+    """`bash -c "... && pytest"` execs pytest in the shell's process: its CPU is pytest's, not bash's."""
+    burn = tmp_path / "burn.py"
+    burn.write_text("import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end:\n    pass\n")
+    sampler = _stages().CommandCpu(every=0.05)
+    sampler.start()
+    subprocess.run(["bash", "-c", f"sleep 0.3 && {sys.executable} {burn}"], check=True)
+    used = dict(sampler.top())
+    assert 0.3 <= used.get("python burn.py", 0) <= 0.7 and used.get("bash", 0) < 0.2, used
+
+
 def test_a_failed_step_names_its_failures_again_for_the_end_of_the_log(capsys):
     stages = _stages()
     said = "".join(f"E   line {i}\\n" for i in range(1, 7)) + "other\\nFAILED t.py::test_x - boom\\n"
