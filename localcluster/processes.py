@@ -137,7 +137,10 @@ def node_ns_pid() -> int:
 # The Go garbage collector of every daemon of a local cluster (control plane, node, controllers) runs at a
 # quarter of its default frequency: the machine is CPU-bound and has memory to spare (GC was an eighth of the
 # API server's CPU under CI's load; its heap goal grew from about 0.4 to 1.5 GB). GOMEMLIMIT caps each heap.
-GO_RUNTIME = {"GOGC": "400", "GOMEMLIMIT": "3GiB"}
+# A cluster is about 15 Go daemons: each runs Go code on a quarter of the cores (at least one). With all of them
+# (2 cores), their schedulers' spinning and wake-ups cost a fifth of the CPU of 150 pods' churn, for the same
+# wall time (docs/localcluster.md "At scale").
+GO_RUNTIME = {"GOGC": "400", "GOMEMLIMIT": "3GiB", "GOMAXPROCS": str(max(1, (os.cpu_count() or 1) // 4))}
 
 
 def daemon_env(**extra: str) -> dict[str, str]:
