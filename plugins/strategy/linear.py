@@ -9,6 +9,7 @@ ansible-core, it is plain `linear`, with one warning that says why.
 
 from __future__ import annotations
 
+import functools
 import gc
 
 from ansible.errors import AnsibleError
@@ -42,12 +43,15 @@ else:
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             if hasattr(_planner, "_load_collections"):
-                from ansible.collections.list import list_collection_dirs
-
-                dirs = tuple(d.decode("utf-8") for d in list_collection_dirs())
-
-                def _load_collections(invocation) -> None:
-                    invocation._extra_sys_paths.update(dirs)
-
+                _collection_dirs()  # here, in the parent, once a run
                 _planner._load_collections = _load_collections
             gc.freeze()
+
+    @functools.cache
+    def _collection_dirs() -> tuple[str, ...]:
+        from ansible.collections.list import list_collection_dirs
+
+        return tuple(d.decode("utf-8") for d in list_collection_dirs())
+
+    def _load_collections(invocation) -> None:
+        invocation._extra_sys_paths.update(_collection_dirs())
