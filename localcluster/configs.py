@@ -42,9 +42,13 @@ CLIENT_CONNECTION = {"qps": 100, "burst": 200}  # JobSet's: upstream's 20/30 thr
 # second, as nothing here reads them. EndpointSlices are not batched (the default): CoreDNS and webhook
 # routing follow them, and a delay would widen the race between a worker's readiness and its DNS record
 # (kubeflow/mpi-operator#443) beyond a default cluster's.
+# kube-controller-manager and kube-scheduler run one instance each: no leader election (its Lease writes were a
+# third of an idle cluster's API requests, and a leader that misses a renewal under load exits).
 CONTROLLER_MANAGER_PATCH = {"name": "kube-controller-manager", "extraArgs": [
     {"key": "endpoint-updates-batch-period", "value": "1s"},
+    {"key": "leader-elect", "value": "false"},
 ]}
+SCHEDULER_PATCH = {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]}
 
 
 # ---------------------------------------------------------------- the checkout's files
@@ -229,8 +233,9 @@ def controller_config(ctl: Controller, pki: Path) -> dict | None:
 # ---------------------------------------------------------------- kwokctl
 
 def kwok_config(comps: dict[str, Component], options: dict | None = None, patches: list[dict] | None = None) -> Path:
-    """Write kwokctl's config (local binaries, loopback binding, our Stages, CONTROLLER_MANAGER_PATCH) plus
-    extra `options` and componentsPatches (the real node's, see realnode.apiserver_patches); its path."""
+    """Write kwokctl's config (local binaries, loopback binding, our Stages, CONTROLLER_MANAGER_PATCH and
+    SCHEDULER_PATCH) plus extra `options` and componentsPatches (the real node's, see
+    realnode.apiserver_patches); its path."""
     ports = control_plane_ports()
     extra, options = options or {}, {
         "runtime": "binary",
@@ -254,7 +259,7 @@ def kwok_config(comps: dict[str, Component], options: dict | None = None, patche
     }
     options |= extra
     conf = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options,
-            "componentsPatches": [CONTROLLER_MANAGER_PATCH, *(patches or [])]}
+            "componentsPatches": [CONTROLLER_MANAGER_PATCH, SCHEDULER_PATCH, *(patches or [])]}
     kwok_dir = module_dir(comps["kwok"])
     path = state_dir() / "kwokctl.yaml"
     path.write_text(yaml.safe_dump_all([conf, *docs([kwok_dir / s for s in UPSTREAM_STAGES]), *docs([STAGES])],

@@ -322,7 +322,7 @@ class NodeProcessStopped(Fault):
 class SchedulerPluginsOff(Fault):
     """kube-scheduler restarted with filter plugins disabled (a KubeSchedulerConfiguration), as a scheduler
     that ignores taints (TaintToleration) or selectors (NodeAffinity) would place pods; undo restarts it as
-    kwokctl runs it, and waits until it holds its leader-election Lease."""
+    kwokctl runs it, and waits until it is ready."""
 
     plugins: tuple[str, ...] = ()
 
@@ -330,6 +330,7 @@ class SchedulerPluginsOff(Fault):
         kubeconfig = next(a.split("=", 1)[1] for a in args if a.startswith("--kubeconfig="))
         conf = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                 "clientConnection": {"kubeconfig": kubeconfig, "qps": 5000, "burst": 10000},
+                "leaderElection": {"leaderElect": False},  # as kwokctl runs it (configs.SCHEDULER_PATCH)
                 "profiles": [{"schedulerName": "default-scheduler",
                               "plugins": {"filter": {"disabled": [{"name": p} for p in self.plugins]}}}]}
         path = state_dir() / "faults" / f"{self.name}.yaml"

@@ -253,20 +253,16 @@ def kwok_component(name: str) -> dict:
     raise ClusterError(f"no component {name} in {kwok_cluster_dir() / 'kwok.yaml'}: is the cluster up?")
 
 
-def _lease_acquired(name: str) -> str | None:
-    proc = kubectl("get", "lease", name, "-n", "kube-system", "-o", "jsonpath={.spec.acquireTime}",
-                   "--ignore-not-found", check=False)
-    return proc.stdout.strip() or None
+# Where a restarted control plane component says it is ready: kube-scheduler's /readyz waits for its informers
+# (its /healthz answers before); kube-controller-manager has only /healthz.
+READY_PATH = {"kube-scheduler": "/readyz"}
 
 
 def restart_component(name: str, argv: list[str], timeout: float = 90) -> None:
     """Stop a kwokctl-run component and start `argv` in its place (its workDir, log and pid file, so that
-    `mpiplat cluster status` and `down` find it), until its /healthz answers and, but for the API server, it
-    holds its leader-election Lease kube-system/`name` anew (a predecessor that did not release the Lease would
-    hold it for its duration)."""
+    `mpiplat cluster status` and `down` find it), until it says it is ready (READY_PATH, else /healthz). None
+    elects a leader (configs.CONTROLLER_MANAGER_PATCH): the new one works once it is ready."""
     comp, pid_path = kwok_component(name), kwok_cluster_dir() / "pids" / f"{name}.pid"
-    leader = name != "kube-apiserver"
-    before = _lease_acquired(name) if leader else None
     pid = processes.running_pid(pid_path)
     if pid:
         processes.stop_pid(pid)
@@ -274,16 +270,13 @@ def restart_component(name: str, argv: list[str], timeout: float = 90) -> None:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=comp["workDir"], env=processes.daemon_env(), start_new_session=True)
     pid_path.write_text(str(proc.pid))
-    url, deadline = f"https://127.0.0.1:{comp['ports'][0]['port']}/healthz", time.monotonic() + timeout
+    url = f"https://127.0.0.1:{comp['ports'][0]['port']}{READY_PATH.get(name, '/healthz')}"
+    deadline = time.monotonic() + timeout
     while not processes.http_ok(url):
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise ClusterError(f"{name} not healthy after its restart: see {kwok_cluster_dir() / 'logs' / name}.log")
+            raise ClusterError(f"{name} not ready after its restart ({url}): see "
+                               f"{kwok_cluster_dir() / 'logs' / name}.log")
         time.sleep(0.25)
-    while leader and (acquired := _lease_acquired(name)) == before:
-        if time.monotonic() > deadline:
-            raise ClusterError(f"{name} did not take its Lease kube-system/{name} within {timeout:.0f}s "
-                               f"(acquired {acquired})")
-        time.sleep(0.5)
 
 
 # The order kubeadm upgrades a control plane in, then the node's own: each healthy before the next.

@@ -383,8 +383,8 @@ def test_progress_shows_a_spinner_with_elapsed_seconds_on_a_terminal(monkeypatch
 
 
 def test_kube_controller_manager_batches_endpoint_updates(tmp_path, monkeypatch):
-    """kwokctl's config passes CONTROLLER_MANAGER_PATCH to kube-controller-manager, beside the real node's
-    patches."""
+    """kwokctl's config passes CONTROLLER_MANAGER_PATCH to kube-controller-manager and SCHEDULER_PATCH to
+    kube-scheduler, beside the real node's patches."""
     monkeypatch.setattr(configs, "state_dir", lambda: tmp_path)
     monkeypatch.setattr(configs, "module_dir", lambda comp: tmp_path)
     monkeypatch.setattr(configs, "docs", lambda paths: [])
@@ -392,9 +392,11 @@ def test_kube_controller_manager_batches_endpoint_updates(tmp_path, monkeypatch)
     comps = load()
     real = [{"name": "kube-apiserver", "extraArgs": [{"key": "bind-address", "value": "0.0.0.0"}]}]
     conf = next(yaml.safe_load_all(configs.kwok_config(comps, {}, real).read_text()))
-    assert conf["componentsPatches"] == [configs.CONTROLLER_MANAGER_PATCH, *real]
-    kcm = {a["key"]: a["value"] for a in conf["componentsPatches"][0]["extraArgs"]}
-    assert kcm == {"endpoint-updates-batch-period": "1s"}  # EndpointSlices as a default cluster's: unbatched
+    assert conf["componentsPatches"] == [configs.CONTROLLER_MANAGER_PATCH, configs.SCHEDULER_PATCH, *real]
+    kcm, scheduler = ({a["key"]: a["value"] for a in p["extraArgs"]} for p in conf["componentsPatches"][:2])
+    # EndpointSlices as a default cluster's: unbatched. One instance each: no leader election.
+    assert kcm == {"endpoint-updates-batch-period": "1s", "leader-elect": "false"}
+    assert scheduler == {"leader-elect": "false"}
 
 
 def test_the_local_prometheus_scrapes_every_metrics_port_and_reads_the_synced_rules(state, tmp_path):
