@@ -2,7 +2,9 @@
 gives them to the Prometheus it runs: every PrometheusRule whose labels match RULE_SELECTOR (a Prometheus
 resource's `ruleSelector`, here over all namespaces) becomes a rule file <namespace>-<name>.yml in the rules
 directory, a file whose object is gone or no longer selected is removed, and Prometheus reloads on a change.
-A host process beside the controllers (processes.CONTROLLERS), polling every POLL_S seconds:
+A host process beside the controllers (processes.CONTROLLERS): it lists the PrometheusRules, then watches them
+and lists them again on the first change (or after WATCH_S; every RETRY_S while the API server or Prometheus
+does not answer):
 
     python -m mpiplat.localcluster.rulesync --kubeconfig K --rules-dir D --prometheus URL --listen HOST:PORT
 
@@ -22,7 +24,8 @@ from pathlib import Path
 import yaml
 
 RULE_SELECTOR = {"app.kubernetes.io/part-of": "mpiplat"}  # what the monitoring role labels its objects with
-POLL_S = 2.0
+WATCH_S = 300  # a list at least this often, changed or not
+RETRY_S = 2.0
 
 
 def selected(rules: list[dict], selector: dict[str, str]) -> dict[str, str]:
@@ -55,15 +58,34 @@ def write(rules_dir: Path, files: dict[str, str]) -> bool:
     return changed
 
 
-def _list_rules(api) -> list[dict]:
+RULES = ("monitoring.coreos.com", "v1", "prometheusrules")
+
+
+def _list_rules(api) -> tuple[list[dict], str | None]:
+    """The PrometheusRules and the list's resourceVersion (None: no PrometheusRule CRD, so no rules)."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return api.list_cluster_custom_object("monitoring.coreos.com", "v1", "prometheusrules")["items"]
+        listed = api.list_cluster_custom_object(*RULES)
     except ApiException as err:
-        if err.status == 404:  # no PrometheusRule CRD: no rules
-            return []
+        if err.status == 404:
+            return [], None
         raise
+    return listed["items"], listed["metadata"]["resourceVersion"]
+
+
+def _wait_for_change(api, resource_version: str, timeout: float) -> None:
+    """Until a PrometheusRule changes after `resource_version` (any event, an expired version's error included),
+    or `timeout` seconds."""
+    from kubernetes import watch
+
+    stream = watch.Watch()
+    try:
+        for _event in stream.stream(api.list_cluster_custom_object, *RULES, resource_version=resource_version,
+                                    timeout_seconds=int(timeout), _request_timeout=timeout + 30):
+            break
+    finally:
+        stream.stop()
 
 
 def _reload(prometheus: str) -> bool:
@@ -98,18 +120,26 @@ def main(argv: list[str] | None = None) -> int:
     host, port = args.listen.rsplit(":", 1)
     server = http.server.ThreadingHTTPServer((host, int(port)), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    reload_pending = False
+    reload_pending, version = False, None
     while True:
         try:
-            reload_pending |= write(args.rules_dir, selected(_list_rules(api), RULE_SELECTOR))
+            rules, version = _list_rules(api)
+            reload_pending |= write(args.rules_dir, selected(rules, RULE_SELECTOR))
             _Health.ok = True
         except Exception as err:  # noqa: BLE001 (keep serving: the API server may be restarting)
             print(f"rulesync: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
-            _Health.ok = False
+            _Health.ok, version = False, None
         if reload_pending and _reload(args.prometheus):
             print(f"rulesync: Prometheus reloaded {sorted(p.name for p in args.rules_dir.glob('*.yml'))}", flush=True)
             reload_pending = False
-        time.sleep(POLL_S)
+        if version is None or reload_pending:
+            time.sleep(RETRY_S)
+            continue
+        try:
+            _wait_for_change(api, version, WATCH_S)
+        except Exception as err:  # noqa: BLE001 (a broken watch: list again)
+            print(f"rulesync: watch: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            time.sleep(RETRY_S)
 
 
 if __name__ == "__main__":
