@@ -45,6 +45,11 @@ TENANCY = "playbooks/tests/test_tenancy.py"
 INVALID = "playbooks/tests/test_invalid_inventories.py"
 K8S_UPGRADE = "localcluster/tests/test_kubernetes_upgrade.py"
 SDK = "src/mpiplat/tests/test_sdk.py playbooks/tests/test_monitoring.py conformance/selftests/test_interrupt.py"
+# The other `cluster` tests in two lanes side by side once the suite ends: these files, and the rest (the guardrails
+# role's tests change the guardrails' bindings for a while: the dashboard's refusal test, which needs them, runs in
+# the same lane, after them).
+CLUSTER_2 = ("playbooks/tests/test_crds_module.py playbooks/tests/test_dashboard_role.py "
+             "localcluster/tests/test_commands.py localcluster/tests/test_cluster.py")
 WORKLOADS = "conformance/workloads"  # the offline tests of the MPI programs: real mpirun on the host's venvs
 OFFLINE = "MPIPLAT_OFFLINE=1 pytest -m 'not cluster' -p no:cacheprovider"
 
@@ -121,10 +126,10 @@ STAGES = [
                   "of it on each (8 min each on an idle machine, against 16 for the one lane before); the suite "
                   "beside the tenancy tests and the invalid inventories (their own teams, tn-*; no job of theirs "
                   "fails, so MON-01 can tell its own failure); the other `cluster` tests, some of whose jobs fail, "
-                  "follow them: by then MON-01, which the suite runs first, is long done. The upgrade path runs on its "
-                  "bare cluster (started in the clusters stage). The helm lane's "
+                  "follow the suite in two lanes: by then MON-01, which the suite runs first, is long done. The "
+                  "upgrade path runs on its bare cluster (started in the clusters stage). The helm lane's "
                   "bare cluster and the CPU-bound offline tests fill the rest, at a lower CPU priority (nice 5). "
-                  "Once the suite's and the tenancy tests' lanes end, the last test stops the default cluster", [
+                  "Once the lanes on the default cluster end, the last test stops it", [
         Lane("faults", [f"{KUBECONFIG} && pytest -m faults -p no:cacheprovider",
                         "mpiplat cluster down"],
              env=FAULTS, cleanup="mpiplat cluster down >/dev/null 2>&1"),
@@ -132,9 +137,10 @@ STAGES = [
                           "mpiplat cluster down"],
              env=FAULTS_2, cleanup="mpiplat cluster down >/dev/null 2>&1"),
         Lane("suite", [f"{KUBECONFIG} && pytest conformance/suite --profile cluster --ignore={SCALE_ROWS} "
-                       "--durations=10",
-                       f"{KUBECONFIG} && pytest {CLUSTER_TESTS} "
-                       + " ".join(f"--ignore={p}" for p in [TENANCY, INVALID, *SDK.split()])]),
+                       "--durations=10"]),
+        Lane("cluster", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} " + " ".join(
+            f"--ignore={p}" for p in [TENANCY, INVALID, *SDK.split(), *CLUSTER_2.split()])], after=["suite"]),
+        Lane("cluster-2", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {CLUSTER_2}"], after=["suite"]),
         Lane("tenancy", [f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {TENANCY} {INVALID}",
                          f"{KUBECONFIG} && pytest {CLUSTER_TESTS} {SDK}"]),
         # A bare cluster of its own: the `bare` tests, then molecule `helm` from the current pins' bundle (the
@@ -158,7 +164,7 @@ STAGES = [
         # The test that stops the default cluster and checks the host is as `up` found it: once the lanes that use
         # it have ended, and every other real node too (their kubelets set the same host sysctls: CI34C).
         Lane("last", [f"{KUBECONFIG} && pytest -m 'cluster and last' -p no:cacheprovider"],
-             after=["suite", "tenancy", "helm", "upgrade", "faults", "faults-2"]),
+             after=["suite", "cluster", "cluster-2", "tenancy", "helm", "upgrade", "faults", "faults-2"]),
     ]),
 ]
 
