@@ -42,7 +42,7 @@ CLIENT_CONNECTION = {"qps": 100, "burst": 200}  # JobSet's: upstream's 20/30 thr
 # second, as nothing here reads them. EndpointSlices are not batched (the default): CoreDNS and webhook
 # routing follow them, and a delay would widen the race between a worker's readiness and its DNS record
 # (kubeflow/mpi-operator#443) beyond a default cluster's.
-# kube-controller-manager and kube-scheduler run one instance each: no leader election (its Lease writes were a
+# kube-controller-manager and kube-scheduler run one instance each: no leader election (their Lease writes were a
 # third of an idle cluster's API requests, and a leader that misses a renewal under load exits).
 CONTROLLER_MANAGER_PATCH = {"name": "kube-controller-manager", "extraArgs": [
     {"key": "endpoint-updates-batch-period", "value": "1s"},

@@ -261,7 +261,7 @@ READY_PATH = {"kube-scheduler": "/readyz"}
 def restart_component(name: str, argv: list[str], timeout: float = 90) -> None:
     """Stop a kwokctl-run component and start `argv` in its place (its workDir, log and pid file, so that
     `mpiplat cluster status` and `down` find it), until it says it is ready (READY_PATH, else /healthz). None
-    elects a leader (configs.CONTROLLER_MANAGER_PATCH): the new one works once it is ready."""
+    elects a leader (configs.CONTROLLER_MANAGER_PATCH, SCHEDULER_PATCH): the new one works once it is ready."""
     comp, pid_path = kwok_component(name), kwok_cluster_dir() / "pids" / f"{name}.pid"
     pid = processes.running_pid(pid_path)
     if pid:
