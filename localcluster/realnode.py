@@ -28,6 +28,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,7 +58,8 @@ DNS_IP = "10.96.0.10"  # the kube-dns Service: CoreDNS, a pod in kube-system lik
 KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
 LABELS = {"mpiplat.io/node-pool": "real", "type": "real"}
 PORTS = {"kubelet": 31180, "kubelet-healthz": 31181, "kube-proxy-healthz": 31182, "kube-proxy-metrics": 31183,
-         "kube-router-health": 31185}
+         "kube-router-api": 31184, "kube-router-health": 31185}
+PODFILTER = Path(__file__).with_name("podfilter.py")  # kube-router's relay to the API server: the real node's pods
 # What the node needs from Debian: command -> package.
 DEBIAN = {"runc": "runc", "/usr/lib/cni/bridge": "containernetworking-plugins", "iptables": "iptables",
           "ipset": "ipset", "conntrack": "conntrack", "socat": "socat", "mmdebstrap": "mmdebstrap"}
@@ -162,13 +164,33 @@ def _kwok_pki() -> Path:
 
 
 def _admin_kubeconfig() -> Path:
-    """The cluster's admin kubeconfig, pointed at the address the node reaches (kube-router, the provisioner)."""
+    """The cluster's admin kubeconfig, pointed at the address the node reaches (the provisioner)."""
     conf = yaml.safe_load((kwok_cluster_dir() / "kubeconfig.yaml").read_text())
     for cluster in conf["clusters"]:
         cluster["cluster"]["server"] = _server()
     path = node_dir() / "admin.kubeconfig"
     _write(path, yaml.safe_dump(conf))
     return path
+
+
+def _kube_router_argv(exe: str) -> list[str]:
+    """kube-router behind podfilter.py, which shows it the real node's pods only (see there why), on the node's
+    loopback, passing its requests on as the cluster's admin."""
+    user = yaml.safe_load((kwok_cluster_dir() / "kubeconfig.yaml").read_text())["users"][0]["user"]
+    relay = f"127.0.0.1:{PORTS['kube-router-api']}"
+    path = node_dir() / "kube-router.kubeconfig"
+    _write(path, yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "relay",
+        "clusters": [{"name": "relay", "cluster": {"server": f"http://{relay}"}}],
+        "users": [{"name": "relay", "user": {}}],
+        "contexts": [{"name": "relay", "context": {"cluster": "relay", "user": "relay"}}],
+    }))
+    return [sys.executable, "-I", "-S", str(PODFILTER), f"--listen={relay}", f"--server={_server()}",
+            f"--ca={_kwok_pki() / 'ca.crt'}", f"--cert={user['client-certificate']}", f"--key={user['client-key']}",
+            f"--node={NAME}", "--",
+            exe, f"--kubeconfig={path}", f"--hostname-override={NAME}",
+            "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
+            f"--health-port={PORTS['kube-router-health']}"]
 
 
 def containerd_config() -> str:
@@ -332,10 +354,10 @@ class NodeProcess:
         return f"http://{network().node_ip}:{self.health_port}/healthz" if self.health_port else None
 
 
-# kube-router resyncs its whole firewall (iptables-save/restore, ipsets) after any pod change in the cluster,
-# simulated pods included (about 30 s of CPU under SCALE-01's 600 pods). It runs at the CPU priority of the
-# other daemons: niced (10, its own autogroup) it was starved under CI's load, and a new pod's rules came so
-# late that a job's first connections were refused or an outside probe got through (ISO-03, CI23 and CI24).
+# kube-router resyncs its whole firewall (iptables-save/restore, ipsets) after any change of a pod it sees: the
+# real node's only (podfilter.py). It runs at the CPU priority of the other daemons: niced (10, its own autogroup)
+# it was starved under CI's load, and a new pod's rules came so late that a job's first connections were refused
+# or an outside probe got through (ISO-03, CI23 and CI24).
 
 PROCESSES = (
     NodeProcess("containerd", None),
@@ -391,9 +413,7 @@ def _argv(proc: NodeProcess) -> list[str]:
                 f"--namespace={STORAGE_NAMESPACE}", f"--configmap-name={STORAGE_CONFIGMAP}",
                 f"--service-account-name={STORAGE_SA}", f"--helper-pod-file={d / 'local-path' / 'helper-pod.yaml'}"]
     if proc.name == "kube-router":
-        return [exe, f"--kubeconfig={_admin_kubeconfig()}", f"--hostname-override={NAME}",
-                "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
-                f"--health-port={PORTS['kube-router-health']}"]
+        return _kube_router_argv(exe)
     raise KeyError(proc.name)
 
 
