@@ -70,7 +70,7 @@ test-matrix: build
 
 # Lint and every test not marked `cluster` (unit, charts, MPI workloads, reports): no cluster needed.
 test-offline: setup
-	$(BIN)/python .ci/stages.py lint workloads offline
+	$(BIN)/python .ci/stages.py lint workloads workloads-torch offline
 
 lint: setup
 	$(BIN)/ruff check src localcluster conformance charts playbooks roles plugins conftest.py .ci
