@@ -146,14 +146,17 @@ def _server() -> str:
     return f"https://{network().api_ip}:{control_plane_ports()['kube-apiserver']}"
 
 
-def _kubeconfig(name: str, crt: Path, key: Path) -> Path:
+def _kubeconfig(name: str, crt: Path | None = None, key: Path | None = None, server: str | None = None) -> Path:
+    """NAME.kubeconfig in the node's directory: the API server as the node reaches it, as the user of the client
+    certificate `crt`; or `server`, a plain-HTTP relay that authenticates for its clients (podfilter.py)."""
     path = node_dir() / f"{name}.kubeconfig"
-    server = _server()
+    cluster = {"server": server} if server else {"server": _server(),
+                                                  "certificate-authority": str(_kwok_pki() / "ca.crt")}
+    user = {"client-certificate": str(crt), "client-key": str(key)} if crt else {}
     _write(path, yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": name,
-        "clusters": [{"name": "local", "cluster": {"server": server,
-                                                   "certificate-authority": str(_kwok_pki() / "ca.crt")}}],
-        "users": [{"name": name, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": name, "user": user}],
         "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
     }))
     return path
@@ -178,13 +181,7 @@ def _kube_router_argv(exe: str) -> list[str]:
     loopback, passing its requests on as the cluster's admin."""
     user = yaml.safe_load((kwok_cluster_dir() / "kubeconfig.yaml").read_text())["users"][0]["user"]
     relay = f"127.0.0.1:{PORTS['kube-router-api']}"
-    path = node_dir() / "kube-router.kubeconfig"
-    _write(path, yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "relay",
-        "clusters": [{"name": "relay", "cluster": {"server": f"http://{relay}"}}],
-        "users": [{"name": "relay", "user": {}}],
-        "contexts": [{"name": "relay", "context": {"cluster": "relay", "user": "relay"}}],
-    }))
+    path = _kubeconfig("kube-router", server=f"http://{relay}")
     return [sys.executable, "-I", "-S", str(PODFILTER), f"--listen={relay}", f"--server={_server()}",
             f"--ca={_kwok_pki() / 'ca.crt'}", f"--cert={user['client-certificate']}", f"--key={user['client-key']}",
             f"--node={NAME}", "--",

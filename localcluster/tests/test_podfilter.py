@@ -82,7 +82,7 @@ sys.exit(3)
 """
 
 
-def test_the_relay_passes_requests_and_streams_on_and_ends_with_its_command(tmp_path):
+def test_the_relay_passes_requests_and_streams_on_and_ends_with_its_command():
     upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     port = _free_port()
@@ -103,7 +103,7 @@ def test_the_relay_passes_requests_and_streams_on_and_ends_with_its_command(tmp_
                      ("POST", "/api/v1/namespaces/x/events")]
 
 
-def test_https_needs_the_certificates(tmp_path):
+def test_https_needs_the_certificates():
     proc = subprocess.run([sys.executable, "-I", "-S", str(realnode.PODFILTER), "--listen=127.0.0.1:0",
                            "--server=https://10.244.0.1:32765", "--node=real-0", "--", "true"],
                           capture_output=True, text=True, timeout=30)
