@@ -49,7 +49,8 @@ def _hash(password: str) -> str:
 
 def _get(url: str, user: str | None = None, password: str = "", method: str = "GET",
          headers: dict | None = None) -> tuple[int, str]:
-    req = urllib.request.Request(url, method=method, headers=headers or {})
+    """A request to the dashboard's pod, for its Service's name (the Host it answers) unless `headers` say else."""
+    req = urllib.request.Request(url, method=method, headers={"Host": "mpiplat-dashboard", **(headers or {})})
     if user:
         req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
     try:
@@ -94,7 +95,16 @@ def test_behind_the_proxy_each_user_sees_and_does_only_what_their_rbac_allows(de
         assert re.search(r'id="whoami">alice \(team-a-scientists\)', page), page[:2000]  # not the header sent
         assert _get(f"{url}/static/vendor/patternfly/patternfly.min.css", "alice", "alice-pw")[0] == 200  # the wheel's
         assert f'data-job="team-a/{name}"' in page and f'data-job="team-b/{name}"' not in page
-        code, said = _get(f"{url}/jobs/team-b/{name}/delete", "alice", "alice-pw", method="POST")
+        csrf = json.loads(html.unescape(re.search(r"hx-headers='([^']*)'", page).group(1)))
+        assert _get(f"{url}/jobs", "alice", "alice-pw", headers={"Host": "evil.example"})[0] == 400  # rebinding
+        delete_a = f"{url}/jobs/team-a/{name}/delete"
+        code, said = _get(delete_a, "alice", "alice-pw", method="POST")  # a form from any page the user visits
+        assert code == 403 and "CSRF token missing" in said, said
+        code, said = _get(delete_a, "alice", "alice-pw", method="POST", headers={
+            **csrf, "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"})
+        assert code == 403 and "Cross-site request refused" in said, said
+        assert admin["team-a"].get(name).name == name  # both refused: the job is there
+        code, said = _get(f"{url}/jobs/team-b/{name}/delete", "alice", "alice-pw", method="POST", headers=csrf)
         assert code == 403 and "alice lacks 'delete' on mpijobs in namespace team-b" in html.unescape(said), said
         assert admin["team-b"].get(name).name == name
         code, page = _get(f"{url}/jobs", "bob", "bob-pw")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from importlib import resources
 
@@ -187,7 +188,9 @@ def _dashboard(args) -> int:
         prometheus = prometheus or processes.prometheus_url()
     settings = Settings(kubeconfig=kubeconfig, context=args.context, auth=args.auth, user_header=args.user_header,
                         groups_header=args.groups_header, namespaces=args.namespaces, reports=args.report,
-                        prometheus=prometheus, prometheus_token_file=args.prometheus_token_file)
+                        prometheus=prometheus, prometheus_token_file=args.prometheus_token_file,
+                        allowed_hosts=["127.0.0.1", "localhost", *args.allowed_hosts],
+                        token=os.environ.get("MPIPLAT_DASHBOARD_TOKEN") if args.auth == "kubeconfig" else None)
     try:
         settings.check()
     except ValueError as err:
@@ -327,6 +330,9 @@ def parser() -> argparse.ArgumentParser:
     db.add_argument("--prometheus", metavar="URL",
                     help="the cluster's Prometheus, for the Metrics tab (with --local: the local cluster's)")
     db.add_argument("--prometheus-token-file", metavar="FILE", help="a bearer token for --prometheus")
+    db.add_argument("--allowed-host", action="append", default=[], dest="allowed_hosts", metavar="HOST",
+                    help="also answer requests for this Host (repeatable; a name, or *.domain): 127.0.0.1, localhost "
+                         "and --host are answered, any other Host is refused (DNS rebinding)")
     db.set_defaults(func=_dashboard)
 
     dm = sub.add_parser("demo", help="run an MPIJob and narrate it (on the local cluster: --local)")

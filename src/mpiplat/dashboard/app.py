@@ -3,7 +3,8 @@
 Who acts: with `auth="kubeconfig"` the kubeconfig's user (a laptop); with `auth="proxy"` each request's user as
 the identity-passing proxy in front of it names them (headers `user_header` and `groups_header`), through
 Kubernetes impersonation: the dashboard's own identity only lists namespace names and impersonates, and every
-read and write is the user's own, so the API server's RBAC decides what each user sees and does.
+read and write is the user's own, so the API server's RBAC decides what each user sees and does. What keeps it safe
+to expose (allowed hosts, the kubeconfig mode's token, CSRF, the security headers) is security.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import html
 import json
+import secrets
 import shlex
 import tarfile
 import tempfile
@@ -24,6 +27,8 @@ from urllib.parse import urlencode
 import yaml
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
@@ -39,7 +44,7 @@ from starlette.templating import Jinja2Templates
 
 from mpiplat import __version__
 from mpiplat.conformance.prometheus import Prometheus
-from mpiplat.dashboard import assets, metrics
+from mpiplat.dashboard import assets, metrics, security
 from mpiplat.jobs import DEFAULT_IMAGES, IMPLEMENTATIONS, JobSpecError, MPIJob
 from mpiplat.kube import Kube
 from mpiplat.overview import KINDS, JobSummary
@@ -65,6 +70,9 @@ class Settings:
     prometheus: str | None = None  # the cluster's Prometheus (the Metrics tab), its base URL
     prometheus_token_file: str | None = None  # a bearer token for it (e.g. OpenShift's thanos-querier)
     refresh_s: float = REFRESH_S
+    # The Host names it answers (DNS rebinding): a name, or *.domain; default 127.0.0.1 and localhost.
+    allowed_hosts: list[str] = field(default_factory=lambda: list(security.DEFAULT_HOSTS))
+    token: str | None = None  # with auth kubeconfig: the token every request needs (default: a random one)
 
     def check(self) -> None:
         if self.auth not in AUTH_MODES:
@@ -76,6 +84,12 @@ class Settings:
         if self.prometheus_token_file and not Path(self.prometheus_token_file).is_file():
             raise ValueError(f"prometheus_token_file {self.prometheus_token_file!r} does not exist; allowed: a "
                              "file holding a bearer token")
+        for host in self.allowed_hosts:
+            if not host or "/" in host or ":" in host or " " in host or "*" in host.removeprefix("*."):
+                raise ValueError(f"allowed host {host!r}; allowed: a host name or address without port or scheme "
+                                 "(example.com, 10.0.0.5), or *.domain for its subdomains")
+        if self.token is not None and (self.auth != "kubeconfig" or len(self.token) < 16):
+            raise ValueError("token is set; allowed: with auth kubeconfig only, at least 16 characters")
         for path in self.reports:
             if not Path(path).exists():
                 raise ValueError(f"report {path!r} does not exist; allowed: a report folder (results.json in it) "
@@ -215,7 +229,10 @@ def open_report(path: str, into: Path) -> Path:
 class Dashboard:
     def __init__(self, settings: Settings):
         settings.check()
+        if settings.auth == "kubeconfig" and settings.token is None:
+            settings.token = secrets.token_urlsafe(24)
         self.settings = settings
+        self.guard = security.Guard(settings.token if settings.auth == "kubeconfig" else None)
         self.kube = Kube(settings.kubeconfig, settings.context)
         self.users: dict[tuple[str, tuple[str, ...]], User] = {}
         self.own: User | None = None
@@ -272,9 +289,14 @@ class Dashboard:
             found = [r for part in parts for r in part]
         return filter_rows(found, q)
 
+    def who(self, request: Request) -> str:
+        """Whom a CSRF token is bound to: the proxied user (the kubeconfig's session has its one token)."""
+        return request.headers.get(self.settings.user_header, "") if self.settings.auth == "proxy" else ""
+
     def page(self, request: Request, template: str, user: User, **context) -> HTMLResponse:
-        return self.templates.TemplateResponse(request, template, {"user": user, "settings": self.settings,
-                                                                   **context})
+        return self.templates.TemplateResponse(request, template, {
+            "user": user, "settings": self.settings, "csrf_token": self.guard.csrf_token(self.who(request)),
+            **context})
 
     # ---- pages
     async def jobs(self, request: Request) -> Response:
@@ -535,9 +557,14 @@ def create_app(settings: Settings) -> Starlette:
     ]
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        return HTMLResponse(f"<h1>{exc.status_code}</h1><p>{exc.detail}</p>", status_code=exc.status_code)
+        return HTMLResponse(f"<h1>{exc.status_code}</h1><p>{html.escape(str(exc.detail))}</p>",
+                            status_code=exc.status_code)
 
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    # The first is the outermost: the security headers go on every answer, the Host check's refusal too.
+    middleware = [Middleware(security.SecurityHeaders),
+                  Middleware(TrustedHostMiddleware, allowed_hosts=settings.allowed_hosts, www_redirect=False),
+                  Middleware(security.GuardMiddleware, guard=d.guard, who=d.who)]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, middleware=middleware)
     app.state.dashboard = d
     return app
 
@@ -545,7 +572,12 @@ def create_app(settings: Settings) -> Starlette:
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8080) -> None:
     import uvicorn
 
+    if host not in ("0.0.0.0", "::") and host not in settings.allowed_hosts:
+        settings.allowed_hosts = [*settings.allowed_hosts, host]  # the address it was asked to listen on
     app = create_app(settings)
     who = "each proxied user" if settings.auth == "proxy" else "the kubeconfig's user"
-    print(f"mpiplat dashboard: http://{host}:{port}/ (acting as {who})", flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    url = app.state.dashboard.guard.login_url(f"http://{shown}:{port}")
+    print(f"mpiplat dashboard: {url} (acting as {who}; answers Host {', '.join(settings.allowed_hosts)})",
+          flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

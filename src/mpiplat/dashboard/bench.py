@@ -45,13 +45,13 @@ def _serve(settings: Settings):
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)
-    return server, port
+    return server, port, {"Authorization": f"token {settings.token}"}  # the token the dashboard printed
 
 
-def _events(port: int, path: str, timeout: float = 120):
+def _events(port: int, path: str, auth: dict[str, str], timeout: float = 120):
     """(event, data, arrival time) of an SSE stream."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    conn.request("GET", path, headers={"Accept": "text/event-stream"})
+    conn.request("GET", path, headers={"Accept": "text/event-stream", **auth})
     resp = conn.getresponse()
     event, data = "", []
     while True:
@@ -85,19 +85,19 @@ def main(argv: list[str] | None = None) -> int:
         simulated = placement(real=False, kwok_nodes=True)
         for i in range(JOBS):
             sdk.create(MPIJob(name=f"b-{i:03d}", suspend=True, **simulated), check_gpus=False, check_pods=False)
-        server, port = _serve(Settings(kubeconfig=str(cluster.kubeconfig_path())))
+        server, port, auth = _serve(Settings(kubeconfig=str(cluster.kubeconfig_path())))
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         loads = []
         for _ in range(args.runs + 1):  # the first warms the client
             start = time.monotonic()
-            conn.request("GET", f"/jobs?namespace={ns}")
+            conn.request("GET", f"/jobs?namespace={ns}", headers=auth)
             body = conn.getresponse().read().decode()
             loads.append(time.monotonic() - start)
             assert body.count("data-job=") == JOBS, "the list does not show every job"
         print(f"list of {JOBS} jobs: median {statistics.median(loads[1:]):.2f} s, max {max(loads[1:]):.2f} s "
               f"(the server's whole page; {args.runs} loads)", flush=True)
 
-        stream = _events(port, f"/jobs/stream?namespace={ns}")
+        stream = _events(port, f"/jobs/stream?namespace={ns}", auth)
         next(stream)  # the current rows
         changed = time.time()
         kube.patch(MPIJOB, "b-000", {"spec": {"runPolicy": {"suspend": False}}}, ns)
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
         sdk.create(MPIJob(name="printer", workers=2, image=REAL_IMAGE, command=["python3", "-c", PRINTER]))
         lags = []
-        for event, data, at in _events(port, f"/jobs/{ns}/printer/logs/stream", timeout=300):
+        for event, data, at in _events(port, f"/jobs/{ns}/printer/logs/stream", auth, timeout=300):
             if event == "end":
                 break
             if event == "line":
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                           launcher_labels={jobs.FAIL_LABEL: "true"},
                           launcher_annotations={jobs.FAIL_REASON: "Error", jobs.FAIL_EXIT_CODE: "1",
                                                 jobs.FAIL_DELAY: "6s"}, **simulated))
-        for event, data, at in _events(port, f"/jobs/{ns}/dies/stream"):  # the page opened as the job starts
+        for event, data, at in _events(port, f"/jobs/{ns}/dies/stream", auth):  # the page opened as the job starts
             if event == "gone":
                 break
             if event == "overview" and 'id="diagnosis"' in data and "OOMKilled" in data:

@@ -142,3 +142,99 @@ def test_the_metrics_tab_says_what_to_do_without_a_prometheus():
     assert "--prometheus URL" in metrics.fragment(None, "ns", "pi", None, None)
     with pytest.raises(ValueError, match="prometheus is 'localhost:9090'; allowed: an http:// or https:// URL"):
         app.Settings(prometheus="localhost:9090").check()
+
+
+# ---------------------------------------------------------------- security.py, on a route of its own
+
+def _guarded(token: str | None):
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from mpiplat.dashboard import security
+
+    guard = security.Guard(token)
+    done = []
+
+    async def change(request):
+        done.append(request.method)
+        return PlainTextResponse("changed")
+    return Starlette(routes=[Route("/x", change, methods=["GET", "POST"]), Route("/healthz", change)], middleware=[
+        Middleware(security.SecurityHeaders),
+        Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost"], www_redirect=False),
+        Middleware(security.GuardMiddleware, guard=guard, who=lambda r: r.headers.get("x-forwarded-user", ""))]), \
+        guard, done
+
+
+def _call(asgi, method: str, path: str, **headers: str) -> tuple[int, dict[str, str], str]:
+    """One request through the ASGI app: its status, headers (the last of each name) and body."""
+    import asyncio
+
+    path, _, query = path.partition("?")
+    raw = [(k.replace("_", "-").lower().encode(), v.encode()) for k, v in {"host": "127.0.0.1:8080", **headers}.items()]
+    scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": query.encode(),
+             "headers": raw, "scheme": "http", "server": ("127.0.0.1", 8080), "http_version": "1.1", "root_path": ""}
+    out: dict = {"body": b""}
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            out["status"] = message["status"]
+            out["headers"] = {k.decode(): v.decode() for k, v in message["headers"]}
+        else:
+            out["body"] += message.get("body", b"")
+    asyncio.run(asgi(scope, receive, send))
+    return out["status"], out["headers"], out["body"].decode()
+
+
+def test_a_foreign_host_is_refused_and_every_answer_has_the_security_headers():
+    asgi, guard, done = _guarded(None)
+    status, headers, _ = _call(asgi, "GET", "/x", host="evil.example")
+    assert status == 400 and not done
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert "script-src 'self';" in headers["content-security-policy"]  # no inline script, no eval
+    assert headers["x-content-type-options"] == "nosniff" and headers["referrer-policy"] == "no-referrer"
+    assert _call(asgi, "GET", "/x", host="localhost:8080")[0] == 200
+
+
+def test_a_change_needs_the_pages_csrf_token_and_the_dashboards_own_origin():
+    asgi, guard, done = _guarded(None)
+    token = guard.csrf_token("alice")
+    assert _call(asgi, "POST", "/x", x_forwarded_user="alice")[0] == 403  # no token: a form from anywhere
+    assert _call(asgi, "POST", "/x", x_forwarded_user="alice", x_csrf_token=guard.csrf_token("bob"))[0] == 403
+    status, _, said = _call(asgi, "POST", "/x", x_forwarded_user="alice", x_csrf_token=token,
+                            origin="http://evil.example", sec_fetch_site="cross-site")
+    assert status == 403 and "Sec-Fetch-Site is cross-site" in said
+    status, _, said = _call(asgi, "POST", "/x", x_forwarded_user="alice", x_csrf_token=token,
+                            origin="http://127.0.0.1:9999")  # another port: another origin
+    assert status == 403 and "Origin http://127.0.0.1:9999 is not this dashboard" in said
+    assert not done
+    assert _call(asgi, "POST", "/x", x_forwarded_user="alice", x_csrf_token=token, origin="http://127.0.0.1:8080",
+                 sec_fetch_site="same-origin")[0] == 200
+    assert done == ["POST"]
+
+
+def test_with_a_token_every_request_needs_it_and_its_url_sets_an_httponly_cookie():
+    asgi, guard, done = _guarded("s3cret-token-0123456789")
+    assert _call(asgi, "GET", "/x")[0] == 401
+    assert _call(asgi, "GET", "/x?token=wrong")[0] == 403
+    assert _call(asgi, "GET", "/healthz")[0] == 200  # says ok, nothing else
+    status, headers, _ = _call(asgi, "GET", "/x?token=s3cret-token-0123456789&tab=logs")
+    assert status == 303 and headers["location"] == "/x?tab=logs"  # the token leaves the address bar
+    cookie = headers["set-cookie"]
+    assert cookie.startswith("mpiplat-dashboard-token=s3cret-token-0123456789;")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert _call(asgi, "GET", "/x", cookie="mpiplat-dashboard-token=s3cret-token-0123456789")[0] == 200
+    assert _call(asgi, "GET", "/x", authorization="token s3cret-token-0123456789")[0] == 200
+    assert done == ["GET", "GET", "GET"]
+
+
+def test_the_security_settings_are_checked():
+    with pytest.raises(ValueError, match="allowed host 'http://x.example'"):
+        app.Settings(allowed_hosts=["http://x.example"]).check()
+    with pytest.raises(ValueError, match="with auth kubeconfig only"):
+        app.Settings(auth="proxy", token="0123456789abcdef").check()

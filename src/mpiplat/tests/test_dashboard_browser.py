@@ -1,7 +1,9 @@
 """The dashboard in a real browser (Debian's chromium, driven by Playwright) against the local cluster, with real
 jobs: one created in the form runs on the real node and its logs stream; a failed job shows its diagnosis; a
 guardrail's quota refusal shows in the form; queued jobs show their position; 100 jobs filter; and, behind an
-identity-passing proxy, a team's user sees only the team's namespaces and cannot act on another team's job.
+identity-passing proxy, a team's user sees only the team's namespaces and cannot act on another team's job; a page
+of another origin cannot change anything, a rebinding Host and a request without the token are refused, and no
+page breaks its Content-Security-Policy.
 
 Each page's screenshot goes to $MPIPLAT_SCREENSHOTS (docs/images/dashboard holds those of a run), else to the
 test's temporary folder. Timed figures come from `python -m mpiplat.dashboard.bench`, not from these tests."""
@@ -27,6 +29,7 @@ from kubernetes import client
 from mpiplat import Client, MPIJob, jobs
 from mpiplat.conformance.placement import placement
 from mpiplat.dashboard.app import Settings, create_app
+from mpiplat.dashboard.security import TOKEN_COOKIE
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, RESOURCEFLAVOR, Kube
 from mpiplat.localcluster import cluster
 from mpiplat.localcluster.processes import prometheus_url
@@ -36,8 +39,10 @@ playwright = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Chromium on a machine with no network but the cluster's: nothing of its own fetched in the background.
+# REBOUND resolves to 127.0.0.1 in it, as a DNS-rebinding attacker's name does.
+REBOUND = "rebound.example"
 CHROMIUM_ARGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+                 "--disable-component-update", "--disable-sync", f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"]
 REAL_IMAGE = "mpiplat.local/openmpi:1"
 TICKS = 30  # lines each rank of the logged job prints, one every 0.5 s
 GATE = 10  # ... of which it prints these, then waits (300 s at most) until the test makes the file GO in its pod
@@ -52,6 +57,7 @@ class Served:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        self.settings = settings
         config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
@@ -61,6 +67,11 @@ class Served:
         while not self.server.started:
             assert time.monotonic() < deadline and self.thread.is_alive(), "the dashboard did not start"
             time.sleep(0.05)
+
+    def login(self, context) -> None:
+        """`context` holds the token's cookie, as opening the printed URL leaves it."""
+        if self.settings.token:
+            context.add_cookies([{"name": TOKEN_COOKIE, "value": self.settings.token, "url": self.url}])
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -84,13 +95,23 @@ def browser():
         b.close()
 
 
+def csp_watch(page) -> list[str]:
+    """The Content-Security-Policy violations `page` reports (none on any of the dashboard's pages)."""
+    seen: list[str] = []
+    page.on("console", lambda m: seen.append(m.text) if "Content Security Policy" in m.text else None)
+    return seen
+
+
 @pytest.fixture
-def page(browser):
+def page(browser, served):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
+    served.login(context)
     p = context.new_page()
     p.set_default_timeout(20_000)
+    violations = csp_watch(p)
     yield p
     context.close()
+    assert not violations, violations
 
 
 def shot(page, name: str, tmp_path: Path) -> None:
@@ -274,7 +295,7 @@ def test_behind_the_proxy_a_user_sees_only_their_teams_jobs_and_cannot_act_on_ot
         offered = page.locator("select[name=namespace] option").all_inner_texts()
         assert "team-a" in offered and "team-b" not in offered, offered
         shot(page, "proxied", tmp_path)
-        refused = page.request.post(f"{proxied.url}/jobs/team-b/{name}/delete")
+        refused = page.request.post(f"{proxied.url}/jobs/team-b/{name}/delete", headers=_csrf(page))
         said = html.unescape(refused.text())
         assert refused.status == 403 and "alice@example.com lacks 'delete' on mpijobs in namespace team-b" in said, said
         assert admin["team-b"].get(name).name == name  # still there
@@ -308,12 +329,113 @@ def test_a_report_opens_from_its_handover_tarball(browser, tmp_path):
         tar.add(report, arcname="mpiplat-conformance-x")
     s = Served(Settings(kubeconfig=str(cluster.kubeconfig_path()), reports=[str(tmp_path / "handover.tar.gz")]))
     try:
-        page = browser.new_page()
+        context = browser.new_context()
+        s.login(context)
+        page = context.new_page()
         page.goto(f"{s.url}/reports")
         playwright.expect(page.locator("tr[data-req='SCH-01']")).to_contain_text("failed")
         playwright.expect(page.locator("tr[data-req='JOB-01']")).to_contain_text("real")
         assert "the hand-over report" in page.request.get(f"{s.url}/reports/0/files/report.html").text()
         assert page.request.get(f"{s.url}/reports/0/files/..%2F..%2Fhandover.tar.gz").status == 404
-        page.close()
+        context.close()
     finally:
         s.stop()
+
+
+def _csrf(page) -> dict[str, str]:
+    """The CSRF header of the page `page` shows, as htmx sends it (hx-headers on <body>)."""
+    return json.loads(page.locator("body").get_attribute("hx-headers"))
+
+
+class Elsewhere:
+    """A page of another origin: another port of 127.0.0.1, which a browser counts as the same site, so the
+    dashboard's SameSite cookie goes along with its requests."""
+
+    def __init__(self, body: str):
+        import http.server
+
+        page = body.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args):
+                pass
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.mark.parametrize("auth", ["kubeconfig", "proxy"])
+def test_a_page_of_another_origin_cannot_change_a_job(browser, kube, namespace, auth):
+    """Behind the role's nginx the browser re-sends basic auth with any request (here: the proxy's headers on every
+    request of the context); with --auth kubeconfig the token's cookie goes along (same site). Neither is enough:
+    the other origin's form POST is refused, and the dashboard's own Delete button works."""
+    s = Served(Settings(kubeconfig=str(cluster.kubeconfig_path()), auth=auth, refresh_s=1))
+    name = f"csrf-{uuid.uuid4().hex[:6]}"
+    sdk = Client(namespace, kube=kube)
+    sdk.create(MPIJob(name=name, suspend=True, **_simulated()), check_gpus=False, check_pods=False)
+    target = f"{s.url}/jobs/{namespace}/{name}/delete"
+    attacker = Elsewhere(f'<form id="f" method="post" action="{html.escape(target)}"><input name="x" value="1">'
+                         '</form><script>document.getElementById("f").submit()</script>')
+    identity = {"X-Forwarded-User": "csrf-tester", "X-Forwarded-Groups": "system:masters"}
+    context = browser.new_context(extra_http_headers=identity if auth == "proxy" else {})
+    s.login(context)
+    try:
+        page = context.new_page()
+        with page.expect_response(target) as answered:
+            page.goto(attacker.url)
+        assert answered.value.status == 403, answered.value.text()
+        assert "Cross-site request refused" in answered.value.text()  # Sec-Fetch-Site: same-site
+        assert sdk.get(name).name == name  # the job survives
+        own = context.new_page()
+        violations = csp_watch(own)
+        own.goto(f"{s.url}/jobs/{namespace}/{name}")
+        own.once("dialog", lambda d: d.accept())
+        own.click("text=Delete")
+        own.wait_for_url(f"{s.url}/jobs")
+        assert not violations, violations
+        deadline = time.monotonic() + 30
+        while any(j.name == name for j in sdk.list()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not any(j.name == name for j in sdk.list())
+    finally:
+        context.close()
+        attacker.stop()
+        s.stop()
+        if any(j.name == name for j in sdk.list()):
+            sdk.delete(name)
+
+
+def test_a_rebinding_host_a_missing_token_and_framing_are_refused(browser, served):
+    bare = browser.new_context()
+    page = bare.new_page()
+    assert page.goto(f"{served.url}/jobs").status == 401  # no token
+    answer = page.goto(f"{served.url}/jobs?token={served.settings.token}")  # the printed URL
+    assert answer.status == 200 and page.url == f"{served.url}/jobs", page.url  # the token left the address bar
+    assert page.evaluate("document.cookie") == ""  # its cookie is HttpOnly: no script reads it
+    headers = answer.headers
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+    assert headers["referrer-policy"] == "no-referrer"
+    # A name that rebinds to 127.0.0.1: the browser sends Host: rebound.example, refused even with the token.
+    rebound = served.url.replace("127.0.0.1", REBOUND)
+    assert page.goto(f"{rebound}/jobs?token={served.settings.token}").status == 400
+    # Framed by a page of the same site (the token's cookie goes along): the browser shows nothing of it.
+    framer = Elsewhere(f'<iframe id="f" src="{served.url}/jobs"></iframe>')
+    try:
+        with page.expect_response(f"{served.url}/jobs") as framed:
+            page.goto(framer.url)
+        assert framed.value.status == 200  # served, with the token's cookie ...
+        page.wait_for_timeout(500)
+        assert page.frame_locator("#f").locator("#whoami").count() == 0  # ... and not shown
+    finally:
+        framer.stop()
+        bare.close()

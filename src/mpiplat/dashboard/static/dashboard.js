@@ -62,6 +62,13 @@ document.body && document.body.addEventListener("htmx:sseMessage", (ev) => {
   if (ev.detail.type === "gone") window.location = "/jobs";
 });
 
+// A field's change has the form checked (fieldchange: the form's hx-trigger). In here, not in a trigger filter:
+// the Content-Security-Policy allows no eval. The YAML box is the form's rendering, not one of its fields.
+document.addEventListener("change", (ev) => {
+  const form = ev.target.closest && ev.target.closest("#job-form");
+  if (form && ev.target.name !== "yaml") htmx.trigger(form, "fieldchange");
+});
+
 // A field check's answer replaces the create form. One sent before a field changed since would undo that change
 // (CI35, a slow host: the GPUs typed while a check was in flight reverted, and Create sent the old value): such an
 // answer is dropped, and the form checked again. The YAML is the form's own rendering, not compared.
@@ -73,6 +80,6 @@ document.addEventListener("htmx:beforeSwap", (ev) => {
   const changed = [...now.keys()].some((k) => k !== "yaml" && sent.get(k) !== now.get(k));
   if (changed) {
     ev.detail.shouldSwap = false;
-    htmx.trigger(form, "change");
+    htmx.trigger(form, "fieldchange");
   }
 });
