@@ -47,6 +47,16 @@ def _failed_container(pods: list) -> bool:
         for cs in (p.status.container_statuses or [])) for p in pods)
 
 
+RESTRICTED_SCCS = ("restricted-v2", "restricted")  # what every user and ServiceAccount gets on OpenShift
+
+
+def extra_grants(pods) -> list[str]:
+    """The pods admitted under an SCC looser than restricted-v2 or restricted (OpenShift's openshift.io/scc
+    annotation: a grant to the pods' ServiceAccount or to whoever created them); none where pods carry no SCC."""
+    return [f"{p.metadata.name} (SCC {scc})" for p in pods
+            if (scc := (p.metadata.annotations or {}).get(jobs.SCC_ANNOTATION)) and scc not in RESTRICTED_SCCS]
+
+
 def run_whoami_job(kube: Kube, spec: jobs.MPIJob, expect_uid: int, timeout: float = 300) -> tuple[dict, dict]:
     """Submit `spec` (a real MPIJob of 2 workers) running the whoami workload, expecting every rank to run as
     `expect_uid` on its own worker; returns whoami's record and the times it took (s): worker created ->
@@ -70,6 +80,11 @@ def run_whoami_job(kube: Kube, spec: jobs.MPIJob, expect_uid: int, timeout: floa
     if not running(workers) or _failed_container(workers):
         logs = "\n".join(f"--- {p.metadata.name}\n{_log(kube, p)[-1000:]}" for p in workers)
         raise AssertionError(f"{ns}/{name}: a worker failed: {diagnose(kube, ns, name)}\n{logs}")
+    granted = extra_grants(workers)
+    if granted:
+        raise AssertionError(f"{ns}/{name}: pods admitted with an extra grant: {', '.join(granted)}; every job's "
+                             f"pods must run under {' or '.join(RESTRICTED_SCCS)} (someone granted their "
+                             "ServiceAccount a looser SCC, e.g. `oc adm policy add-scc-to-user anyuid`)")
     to_running = time.monotonic() - start
     [found], seen = wait_workload_job(kube, name, ns, "whoami", ranks=2, timeout=timeout, start=start)
     assert found["uids"] == found["euids"] == [expect_uid] * 2, found

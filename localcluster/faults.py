@@ -645,6 +645,17 @@ def matrix() -> list[Fault]:
         ImageRemoved("mpi-images-missing", recipes=("openmpi", "intel", "mpich")),
         ImageReplaced("mpi-images-need-passwd", recipes=("openmpi", "intel", "mpich"),
                       files={images.UID_ENTRYPOINT_PATH: ('#!/bin/sh\nexec "$@"\n', 0o755)}),
+        CreatedObjects("anyuid-granted", objs=[  # `oc adm policy add-scc-to-group anyuid system:serviceaccounts`
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "mpiplat-fault-scc-anyuid"},
+             "rules": [{"apiGroups": ["security.openshift.io"], "resources": ["securitycontextconstraints"],
+                        "resourceNames": ["anyuid"], "verbs": ["use"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "mpiplat-fault-scc-anyuid"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "mpiplat-fault-scc-anyuid"},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                           "name": "system:serviceaccounts"}]}]),
         ChangedObject("team-not-restricted", kind="namespace", obj_name=TEAM,
                       merge={"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}),
         CreatedObjects("team-quota-no-pods", objs=[

@@ -8,19 +8,38 @@ What it does, in OpenShift's annotations and words:
   `<first>/10000`. OpenShift's cluster-policy-controller hands out blocks in order; here the block comes from a
   hash of the name (a CEL expression: the policies keep no state), so two names may share one, with odds of
   1 in BLOCKS a pair, and names that differ in one character never do;
-- a pod that sets no runAsUser runs as the range's first UID, and with no fsGroup gets the first group;
-- a pod whose runAsUser (pod or any container) or fsGroup lies outside the ranges is refused, with
-  restricted-v2's message.
+  With them an SELinux level, `openshift.io/sa.scc.mcs` (`s0:cX,cY`), as OpenShift writes it;
+- a pod is written as OpenShift's SCC admission (its sccmatching provider) writes it under restricted-v2, in
+  any namespace but the exempt ones, whatever its Pod Security label: each container that sets no runAsUser
+  (and whose pod sets none) gets the range's first UID in its own securityContext, with runAsNonRoot,
+  allowPrivilegeEscalation false and capabilities dropping ALL where missing; the pod gets fsGroup (the group
+  range's first), the namespace's SELinux level and seccomp RuntimeDefault where missing, and the annotation
+  `openshift.io/scc: restricted-v2`. restricted-v2's supplementalGroups strategy is RunAsAny: none are added;
+- a pod is refused, in restricted-v2's words and fields, when its runAsUser (pod or any container) or fsGroup
+  lies outside the ranges, or it asks for what restricted-v2 forbids: privileged, host network, PID or IPC,
+  host ports, added capabilities (but NET_BIND_SERVICE), privilege escalation, volumes outside restricted-v2's
+  list.
 Exempt, as OpenShift's system namespaces are: kube-system, kube-public, kube-node-lease and namespaces labelled
 `openshift.io/run-level` 0 or 1 (`up` labels the controllers' namespaces so).
-Not emulated: SELinux MCS labels, SCC priority and other SCCs a user may be granted, and restricted-v2's own
-defaults (capabilities drop ALL, seccomp, no privilege escalation): Pod Security `restricted`, which the team
-namespaces enforce, refuses a pod without them where OpenShift would add them.
+A grant is honoured for anyuid, OpenShift's usual loosening: a pod whose ServiceAccount may `use` the
+securitycontextconstraints `anyuid` (RBAC, group security.openshift.io, as `oc adm policy add-scc-to-user` grants
+it) is admitted as anyuid admits it: no UID assigned, no range checked, `openshift.io/scc: anyuid`.
+Not emulated: SELinux enforcement (the host has none), the requesting user's grants (the local cluster's
+controllers act as admin), SCCs other than restricted-v2 and anyuid, and their priority beyond those two.
 """
 
 from __future__ import annotations
 
-from mpiplat.jobs import GROUP_RANGE, UID_RANGE
+from mpiplat.jobs import GROUP_RANGE, SCC_ANNOTATION, UID_RANGE
+
+MCS = "openshift.io/sa.scc.mcs"
+# restricted-v2's volume types; the others a pod may name are refused (the API's volume sources, those in use).
+VOLUMES = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected",
+           "secret")
+OTHER_VOLUMES = ("hostPath", "nfs", "iscsi", "gitRepo", "image", "rbd", "cephfs", "glusterfs", "fc", "flexVolume",
+                 "azureFile", "azureDisk", "awsElasticBlockStore", "gcePersistentDisk", "cinder", "portworxVolume",
+                 "vsphereVolume")
+ALLOWED_CAPABILITIES = ("NET_BIND_SERVICE",)
 
 RUN_LEVEL = "openshift.io/run-level"
 EXEMPT_RUN_LEVEL = {RUN_LEVEL: "0"}
@@ -43,6 +62,16 @@ def block(name: str) -> int:
 def uid_range(name: str) -> str:
     """The annotations' value for a namespace: `<first>/<size>`."""
     return f"{FIRST_UID + block(name) * BLOCK}/{BLOCK}"
+
+
+MCS_SPAN = 914  # block b -> categories (110 + b % 914, b // 914): distinct pairs for every block below BLOCKS
+
+
+def mcs(name: str) -> str:
+    """The SELinux level a namespace gets (`openshift.io/sa.scc.mcs`), the larger category first as OpenShift
+    writes it: what the CEL expression computes."""
+    b = block(name)
+    return f"s0:c{110 + b % MCS_SPAN},c{b // MCS_SPAN}"
 
 
 _BLOCK_CEL = (f"{list(range(MAX_NAME))}.filter(i, i < size(object.metadata.name))"
@@ -99,13 +128,108 @@ _COMPLAINTS = (
     "', ' + string(variables.lastGroup) + ']'] : [])")
 
 
+_INDICES = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]"  # containers a pod may have, of each kind
+
+
+def _each(kind: str, when: str, patch: str) -> str:
+    """CEL: a JSONPatch for each container of `kind` (c: the container, i its index) where `when` holds."""
+    items = _containers(kind)
+    return (f"{_INDICES}.filter(i, i < size({items}) && cel.bind(c, {items}[i], {when}))"
+            f".map(i, cel.bind(c, {items}[i], {patch}))")
+
+
+def _container_defaults(kind: str) -> str:
+    """CEL: restricted-v2's writes to each container of `kind`: the range's first UID where neither the pod nor the
+    container sets one, runAsNonRoot, allowPrivilegeEscalation false and capabilities dropping ALL where missing."""
+    at = f"'/spec/{kind}/' + string(i) + '/securityContext"
+    typ = f"Object.spec.{kind}.securityContext"
+    sc = "has(c.securityContext)"
+    pod_user = f"{_POD_SC} && has(object.spec.securityContext.runAsUser)"
+    caps = f"{sc} && has(c.securityContext.capabilities)"
+    return " + ".join([
+        _each(kind, f"!{sc}", f"JSONPatch{{op: 'add', path: {at}', value: {typ}{{}}}}"),
+        _each(kind, f"!({pod_user}) && !({sc} && has(c.securityContext.runAsUser))",
+              f"JSONPatch{{op: 'add', path: {at}/runAsUser', value: variables.firstUid}}"),
+        _each(kind, f"!({sc} && has(c.securityContext.runAsNonRoot))",
+              f"JSONPatch{{op: 'add', path: {at}/runAsNonRoot', value: true}}"),
+        _each(kind, f"!({sc} && has(c.securityContext.allowPrivilegeEscalation))",
+              f"JSONPatch{{op: 'add', path: {at}/allowPrivilegeEscalation', value: false}}"),
+        _each(kind, f"!({caps})",
+              f"JSONPatch{{op: 'add', path: {at}/capabilities', value: {typ}.capabilities{{drop: ['ALL']}}}}"),
+        _each(kind, f"{caps} && !has(c.securityContext.capabilities.drop)",
+              f"JSONPatch{{op: 'add', path: {at}/capabilities/drop', value: ['ALL']}}"),
+        _each(kind, f"{caps} && has(c.securityContext.capabilities.drop) && "
+                    "!('ALL' in c.securityContext.capabilities.drop)",
+              f"JSONPatch{{op: 'add', path: {at}/capabilities/drop/-', value: 'ALL'}}"),
+    ])
+
+
+def _pod_field(field: str, value: str) -> str:
+    return (f"({_POD_SC} && has(object.spec.securityContext.{field}) ? [] : "
+            f"[JSONPatch{{op: 'add', path: '/spec/securityContext/{field}', value: {value}}}])")
+
+
+# The pod's ServiceAccount may use anyuid (a ClusterRoleBinding or RoleBinding to `use` it).
+_ANYUID = ("authorizer.serviceAccount(request.namespace, object.spec.?serviceAccountName.orValue('default'))"
+           ".group('security.openshift.io').resource('securitycontextconstraints').name('anyuid').check('use')"
+           ".allowed()")
+_MCS_OF_NS = (f"has(namespaceObject.metadata.annotations) && '{MCS}' in namespaceObject.metadata.annotations ? "
+              f"namespaceObject.metadata.annotations['{MCS}'] : ''")
+# restricted-v2's writes, as one JSON patch (OpenShift's sccmatching provider: the pod's then each container's).
+def _annotate(scc: str) -> str:
+    return (f"[has(object.metadata.annotations) ? "
+            f"JSONPatch{{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey('{SCC_ANNOTATION}'), "
+            f"value: '{scc}'}} : "
+            f"JSONPatch{{op: 'add', path: '/metadata/annotations', value: {{'{SCC_ANNOTATION}': '{scc}'}}}}]")
+
+
 _POD_DEFAULTS = (
-    f"!({_HAS_RANGE}) ? [] : !{_POD_SC} ? [JSONPatch{{op: 'add', path: '/spec/securityContext', "
-    "value: Object.spec.securityContext{runAsUser: variables.firstUid, fsGroup: variables.firstGroup}}] : "
-    "(has(object.spec.securityContext.runAsUser) ? [] : [JSONPatch{op: 'add', "
-    "path: '/spec/securityContext/runAsUser', value: variables.firstUid}]) + "
-    "(has(object.spec.securityContext.fsGroup) ? [] : [JSONPatch{op: 'add', "
-    "path: '/spec/securityContext/fsGroup', value: variables.firstGroup}])")
+    f"!({_HAS_RANGE}) ? [] : variables.anyuid ? {_annotate('anyuid')} : "
+    f"(!{_POD_SC} ? [JSONPatch{{op: 'add', path: '/spec/securityContext', value: Object.spec.securityContext{{}}}}]"
+    " : []) + "
+    + _pod_field("fsGroup", "variables.firstGroup") + " + "
+    + _pod_field("seccompProfile", "Object.spec.securityContext.seccompProfile{type: 'RuntimeDefault'}") + " + "
+    + "(variables.mcs == '' ? [] : " + _pod_field(
+        "seLinuxOptions", "Object.spec.securityContext.seLinuxOptions{level: variables.mcs}") + ") + "
+    + f"{_container_defaults('initContainers')} + {_container_defaults('containers')} + "
+    + _annotate("restricted-v2"))
+
+
+def _forbidden(kind: str, path: str) -> str:
+    """CEL: restricted-v2's complaints about what the containers of `kind` ask for: privileged, escalation, added
+    capabilities, host ports."""
+    items = _containers(kind)
+    sc = f"has({items}[i].securityContext)"
+    where = f"'.{path}[' + string(i) + ']."
+
+    def each(when: str, message: str) -> str:
+        return f"{_INDICES}.filter(i, i < size({items}) && {when}).map(i, {where}{message})"
+    return " + ".join([
+        each(f"{sc} && has({items}[i].securityContext.privileged) && {items}[i].securityContext.privileged",
+             "privileged: Invalid value: true: Privileged containers are not allowed'"),
+        each(f"{sc} && has({items}[i].securityContext.allowPrivilegeEscalation) && "
+             f"{items}[i].securityContext.allowPrivilegeEscalation",
+             "allowPrivilegeEscalation: Invalid value: true: Allowing privilege escalation for containers is not "
+             "allowed'"),
+        each(f"{sc} && has({items}[i].securityContext.capabilities) && "
+             f"has({items}[i].securityContext.capabilities.add) && {items}[i].securityContext.capabilities.add"
+             f".exists(a, !(a in {list(ALLOWED_CAPABILITIES)}))",
+             f"capabilities.add: Invalid value: \"' + {items}[i].securityContext.capabilities.add.filter(a, "
+             f"!(a in {list(ALLOWED_CAPABILITIES)}))[0] + '\": capability may not be added'"),
+        each(f"has({items}[i].ports) && {items}[i].ports.exists(p, has(p.hostPort) && p.hostPort != 0)",
+             f"hostPort: Invalid value: ' + string({items}[i].ports.filter(p, has(p.hostPort) && "
+             "p.hostPort != 0)[0].hostPort) + ': Host ports are not allowed to be used'"),
+    ])
+
+
+_HOST = [("hostNetwork", "Host network"), ("hostPID", "Host PID"), ("hostIPC", "Host IPC")]
+_VOLUMES = "object.spec.?volumes.orValue([])"
+_FORBIDDEN = " + ".join(
+    [f"(has(object.spec.{f}) && object.spec.{f} ? ['.spec.securityContext.{f}: Invalid value: true: {what} is not "
+     "allowed to be used'] : [])" for f, what in _HOST]
+    + [_forbidden("initContainers", "initContainers"), _forbidden("containers", "containers")]
+    + [f"{_INDICES}.filter(i, i < size({_VOLUMES}) && has({_VOLUMES}[i].{v})).map(i, 'spec.volumes[' + string(i) + "
+       f"']: Invalid value: \"{v}\": {v} volumes are not allowed to be used')" for v in OTHER_VOLUMES])
 
 
 def _binding(kind: str, policy: str, **spec) -> dict:
@@ -125,16 +249,20 @@ def manifests() -> list[dict]:
                                                      "operations": ["CREATE", "UPDATE"],
                                                      "resources": ["namespaces"]}]},
              "matchConditions": [{"name": "no-uid-range", "expression": _NO_RANGE}],
-             "variables": [{"name": "first", "expression": f"string({FIRST_UID} + ({_BLOCK_CEL}) * {BLOCK})"}],
+             "variables": [{"name": "block", "expression": _BLOCK_CEL},
+                           {"name": "first", "expression": f"string({FIRST_UID} + variables.block * {BLOCK})"},
+                           {"name": "mcs", "expression": f"'s0:c' + string(110 + variables.block % {MCS_SPAN}) + "
+                                                         f"',c' + string(variables.block / {MCS_SPAN})"}],
              "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": (
                  f"Object{{metadata: Object.metadata{{annotations: {{'{UID_RANGE}': variables.first + '/{BLOCK}', "
-                 f"'{GROUP_RANGE}': variables.first + '/{BLOCK}'}}}}}}")}}],
+                 f"'{GROUP_RANGE}': variables.first + '/{BLOCK}', '{MCS}': variables.mcs}}}}}}")}}],
              "reinvocationPolicy": "Never", "failurePolicy": "Fail"}},
         _binding("MutatingAdmissionPolicy", ranges),
         {"apiVersion": f"{API}/v1beta1", "kind": "MutatingAdmissionPolicy", "metadata": {"name": defaults},
          "spec": {
              "matchConstraints": {"resourceRules": [_PODS], "namespaceSelector": _EXEMPT},
-             "variables": _RANGE_VARS,
+             "variables": [*_RANGE_VARS, {"name": "mcs", "expression": _MCS_OF_NS},
+                           {"name": "anyuid", "expression": _ANYUID}],
              # A JSON patch: an apply configuration would first convert the pod to a typed object, which fails on
              # what the API takes (mpi-operator's launchers repeat env names).
              "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": _POD_DEFAULTS}}],
@@ -143,7 +271,9 @@ def manifests() -> list[dict]:
         {"apiVersion": f"{API}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": check},
          "spec": {
              "matchConstraints": {"resourceRules": [_PODS], "namespaceSelector": _EXEMPT},
-             "variables": [*_RANGE_VARS, {"name": "complaints", "expression": _COMPLAINTS}],
+             "variables": [*_RANGE_VARS, {"name": "anyuid", "expression": _ANYUID},
+                           {"name": "complaints",
+                            "expression": f"(variables.anyuid ? [] : {_COMPLAINTS}) + {_FORBIDDEN}"}],
              "validations": [
                  {"expression": _HAS_RANGE, "reason": "Forbidden",
                   "message": "unable to validate against any security context constraint: [provider "

@@ -531,11 +531,12 @@ def _queue_problems(kube, team) -> list[str]:
 def test_mpijob_runs_as_an_arbitrary_uid_with_group_0_under_restricted(kube, run, mpijob_spec, implementation):
     """A real MPIJob of 2 workers, as the job builder writes it (no runAsUser), in a namespace that enforces
     Pod Security `restricted`, runs as the UID the cluster assigns (the first of the namespace's
-    openshift.io/sa.scc.uid-range, as OpenShift's restricted-v2 assigns it) with group 0: whoami.py's 2 ranks,
-    one on each worker, report that UID and gid 0. Where the cluster assigns none (vanilla Kubernetes), the job
-    asks for a random high UID that no image knows. Fails on an MPI image whose ssh, sshd or MPI launcher needs
-    a passwd entry or a fixed UID, or that needs a capability or privilege escalation (then Pod Security
-    refuses its pods)."""
+    openshift.io/sa.scc.uid-range, as OpenShift's restricted-v2 assigns it, in each container's securityContext)
+    with group 0: whoami.py's 2 ranks, one on each worker, report that UID and gid 0. Where the cluster assigns
+    none (vanilla Kubernetes), the job asks for a random high UID that no image knows. Fails on an MPI image whose
+    ssh, sshd or MPI launcher needs a passwd entry or a fixed UID, or that needs a capability or privilege
+    escalation (then Pod Security refuses its pods); on a cluster whose pods carry openshift.io/scc, when a pod
+    of the job was admitted under an SCC other than restricted-v2 or restricted (an extra grant)."""
     ns = run.namespace()
     level = (kube.core.read_namespace(ns).metadata.labels or {}).get(PSA_ENFORCE)
     assert level == "restricted", f"the test namespace {ns} enforces Pod Security {level}, not restricted"
@@ -546,9 +547,15 @@ def test_mpijob_runs_as_an_arbitrary_uid_with_group_0_under_restricted(kube, run
                        run_as_user=None if assigned else uid)
     found, took = identity.run_whoami_job(kube, spec, uid)
     assert found["gids"] == [0, 0], f"the ranks ran with groups {found['gids']}, not 0: {found}"
-    if assigned:
-        for pod in kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items:
-            fixed = [c.name for c in pod.spec.containers if c.security_context and c.security_context.run_as_user]
-            assert not fixed, f"{pod.metadata.name}: containers {fixed} set a runAsUser: the cluster's was not used"
+    pods = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items
+    granted = identity.extra_grants(pods)
+    assert not granted, f"pods admitted with an extra grant: {', '.join(granted)}"
+    if assigned:  # the cluster's UID, written into each container as OpenShift's SCC admission writes it
+        other = [f"{p.metadata.name}/{c.name} runAsUser {c.security_context.run_as_user}" for p in pods
+                 for c in p.spec.containers if c.security_context and c.security_context.run_as_user not in (None, uid)]
+        assert not other, f"containers run as another UID than the namespace's {uid}: {', '.join(other)}"
+    groups = sorted({f"fsGroup {sc.fs_group}, supplemental groups {sc.supplemental_groups or []}"
+                     for p in pods if (sc := p.spec.security_context)} or {"no fsGroup or supplemental groups"})
     run.record("ISO-05", f"{implementation}: submit -> Succeeded (2 workers, "
-               f"{'the namespace' if assigned else 'a random'} uid {uid}, gid 0)", took["to_succeeded"], "s")
+               f"{'the namespace' if assigned else 'a random'} uid {uid}, gid 0; {'; '.join(groups)})",
+               took["to_succeeded"], "s")

@@ -142,32 +142,58 @@ def test_failure_injection_sets_reason_and_exit_code(kube, namespace):
     assert (terminated.reason, terminated.exit_code) == ("OOMKilled", 137)
 
 
-def test_the_restricted_v2_emulation_gives_namespaces_uid_ranges_and_pods_their_uid(kube, namespace):
+def test_the_restricted_v2_emulation_writes_what_openshifts_scc_admission_writes(kube, namespace):
     """OpenShift's restricted-v2, emulated by admission policies (localcluster/scc.py): a new namespace gets its
-    ranges in OpenShift's annotations (and again when an update drops them); a pod that sets no runAsUser gets the
-    range's first UID and group, one outside the range is refused in OpenShift's words; kube-system is exempt."""
+    ranges and SELinux level in OpenShift's annotations (and again when an update drops them); a pod's containers
+    that set no runAsUser get the range's first UID in their own securityContext, with restricted-v2's defaults,
+    the pod its fsGroup, seccomp and SELinux level and `openshift.io/scc: restricted-v2`; a UID outside the range
+    and what restricted-v2 forbids are refused in OpenShift's words, in a namespace with no Pod Security label
+    (this one) too; kube-system is exempt."""
     from mpiplat.localcluster import scc
 
     annotations = kube.core.read_namespace(namespace).metadata.annotations or {}
     assert annotations.get(scc.UID_RANGE) == annotations.get(scc.GROUP_RANGE) == scc.uid_range(namespace)
+    assert annotations.get(scc.MCS) == scc.mcs(namespace)
     first = int(scc.uid_range(namespace).split("/")[0])
     last = first + scc.BLOCK - 1
     pods = f"/api/v1/namespaces/{namespace}/pods"
 
-    def pod(security: dict | None = None) -> dict:
+    def pod(security: dict | None = None, **spec) -> dict:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "uid"},
                 "spec": {"containers": [{"name": "c", "image": "mpiplat.local/pause:1",
-                                         **({"securityContext": security} if security else {})}]}}
+                                         **({"securityContext": security} if security else {})}], **spec}}
 
-    made = kube.dry_run_create(pods, pod())["spec"]["securityContext"]
-    assert (made["runAsUser"], made["fsGroup"]) == (first, first)
+    def refusal(p: dict) -> str:
+        with pytest.raises(ApiException) as refused:
+            kube.dry_run_create(pods, p)
+        return json.loads(refused.value.body)["message"]
+
+    made = kube.dry_run_create(pods, pod())
+    assert made["metadata"]["annotations"][scc.SCC_ANNOTATION] == "restricted-v2"
+    assert made["spec"]["securityContext"] == {"fsGroup": first, "seccompProfile": {"type": "RuntimeDefault"},
+                                               "seLinuxOptions": {"level": scc.mcs(namespace)}}
+    restricted = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert made["spec"]["containers"][0]["securityContext"] == {"runAsUser": first, **restricted}
     assert kube.dry_run_create(pods, pod({"runAsUser": last}))["spec"]["containers"][0]["securityContext"] == \
-        {"runAsUser": last}
-    with pytest.raises(ApiException) as refused:
-        kube.dry_run_create(pods, pod({"runAsUser": 1000}))
-    assert ('unable to validate against any security context constraint: [provider "restricted-v2": '
-            f'.containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [{first}, {last}]]') \
-        in json.loads(refused.value.body)["message"]
+        {"runAsUser": last, **restricted}
+    at_pod = kube.dry_run_create(pods, pod(securityContext={"runAsUser": last}))
+    assert "runAsUser" not in at_pod["spec"]["containers"][0]["securityContext"]  # the pod's applies
+    assert kube.dry_run_create(pods, pod({"capabilities": {"drop": ["NET_RAW"]}}))["spec"]["containers"][0][
+        "securityContext"]["capabilities"] == {"drop": ["NET_RAW", "ALL"]}
+    prefix = 'unable to validate against any security context constraint: [provider "restricted-v2": '
+    assert (prefix + f'.containers[0].runAsUser: Invalid value: 1000: must be in the ranges: [{first}, {last}]]') \
+        in refusal(pod({"runAsUser": 1000}))
+    said = refusal(pod({"privileged": True, "allowPrivilegeEscalation": True, "capabilities": {"add": ["SYS_ADMIN"]}},
+                       hostNetwork=True, volumes=[{"name": "h", "hostPath": {"path": "/"}}]))
+    for words in (".spec.securityContext.hostNetwork: Invalid value: true: Host network is not allowed to be used",
+                  ".containers[0].privileged: Invalid value: true: Privileged containers are not allowed",
+                  ".containers[0].allowPrivilegeEscalation: Invalid value: true: Allowing privilege escalation for "
+                  "containers is not allowed",
+                  '.containers[0].capabilities.add: Invalid value: "SYS_ADMIN": capability may not be added',
+                  'spec.volumes[0]: Invalid value: "hostPath": hostPath volumes are not allowed to be used'):
+        assert words in said, said
+    assert said.startswith(f'pods "uid" is forbidden: {prefix}'), said
+    kube.dry_run_create(pods, pod({"capabilities": {"add": ["NET_BIND_SERVICE"]}}))  # restricted-v2 allows it
     kube.dry_run_create("/api/v1/namespaces/kube-system/pods", pod({"runAsUser": 1000}))
     kube.core.patch_namespace(namespace, [{"op": "remove", "path": "/metadata/annotations/"
                                            + scc.UID_RANGE.replace("/", "~1")}])

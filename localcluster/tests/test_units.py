@@ -364,4 +364,16 @@ def test_the_restricted_v2_emulation_gives_names_that_differ_in_one_character_th
         assert (first - scc.FIRST_UID) % scc.BLOCK == 0
 
 
+def test_every_block_gets_an_selinux_level_of_its_own_as_openshift_writes_it():
+    from mpiplat.localcluster import scc
+
+    levels = set()
+    for b in range(scc.BLOCKS):
+        hi, lo = 110 + b % scc.MCS_SPAN, b // scc.MCS_SPAN
+        assert 0 <= lo < hi <= 1023  # OpenShift's categories c0..c1023, the larger first: s0:c27,c4
+        levels.add((hi, lo))
+    assert len(levels) == scc.BLOCKS
+    assert re.fullmatch(r"s0:c\d+,c\d+", scc.mcs("team-a"))
+
+
 

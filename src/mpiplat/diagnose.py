@@ -14,6 +14,7 @@ from urllib3.exceptions import HTTPError
 from mpiplat import queues
 from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, REQUIRED_TOPOLOGY, ROLE_LABEL, SSH_PORT
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kube, condition, has_condition
+from mpiplat.refusals import pod_refusal
 
 _PULL = "check the image name and tag, the pull secret, or the registry mirror (mpiplat_image_registry)"
 _PASSWD_FIX = ("make /etc/passwd group-0 writable and complete it in the entrypoint (set args, not command, so the "
@@ -316,7 +317,11 @@ def _queued(kube: Kube, namespace: str, name: str, gpu_resource: str) -> Diagnos
                          f"pods: {lq_message}",
                          f"the job requires one domain of a Topology level ({REQUIRED_TOPOLOGY}); it starts when "
                          "running jobs free one. Ask for fewer pods, or require a coarser level", [lq_message])
-    cq_name = cq_name or _cluster_queue_of(kube, namespace, wl["spec"].get("queueName", ""))
+    local_queue = wl["spec"].get("queueName", "")
+    held = _local_queue_held(kube, namespace, local_queue)
+    if held:
+        return Diagnosis(f"{namespace}/{name}", "Queued", held[0], held[1], [lq_message] if lq_message else [])
+    cq_name = cq_name or _cluster_queue_of(kube, namespace, local_queue)
     stopped = _cluster_queue_stopped(kube, cq_name) if cq_name else None
     if stopped:
         cause, remedy = stopped
@@ -327,16 +332,55 @@ def _queued(kube: Kube, namespace: str, name: str, gpu_resource: str) -> Diagnos
             cap = queues.gpu_capacity(kube, cq_name, gpu_resource)
         except (ApiException, KeyError):
             pass
-    if cap is not None:
-        cause = (f"queued: ClusterQueue {cq_name} has {cap.nominal} GPUs, {cap.reserved} in use, "
-                 f"{cap.borrowable} borrowable now (at most {cap.borrow_ceiling}); job needs {needs}")
+    arithmetic = (f"ClusterQueue {cq_name} has {cap.nominal} GPUs, {cap.reserved} in use, {cap.borrowable} "
+                  f"borrowable now (at most {cap.borrow_ceiling}); job needs {needs}") if cap is not None else ""
+    if cap is not None and needs > cap.available:  # the arithmetic is the cause only where the job does not fit
         remedy = ("the job can never fit: lower its GPU request or raise the queue's nominal quota / borrowing limit"
                   if needs > cap.most else
                   "it starts when running jobs (of this queue or its cohort) release quota; or raise the queue's quota")
-    else:
-        cause = f"queued in {wl['spec'].get('queueName')}: {lq_message}"
-        remedy = "check the LocalQueue and ClusterQueue"
-    return Diagnosis(f"{namespace}/{name}", "Queued", cause, remedy, [lq_message] if lq_message else [])
+        return Diagnosis(f"{namespace}/{name}", "Queued", f"queued: {arithmetic}", remedy,
+                         [lq_message] if lq_message else [])
+    if lq_message:  # Kueue's own reason, first
+        return Diagnosis(f"{namespace}/{name}", "Queued", f"queued: Kueue says: {lq_message}",
+                         _kueue_remedy(lq_message, namespace, cq_name or "", local_queue),
+                         [arithmetic] if arithmetic else [])
+    if cap is not None:
+        return Diagnosis(f"{namespace}/{name}", "Queued", f"queued: {arithmetic}",
+                         "Kueue gives no reason yet: it admits in order, and this job's turn has not come; watch "
+                         f"kubectl -n {namespace} get workloads", [])
+    return Diagnosis(f"{namespace}/{name}", "Queued", f"queued in {local_queue}: Kueue gives no reason yet",
+                     "check the LocalQueue and ClusterQueue", [])
+
+
+_NAMESPACE_MISMATCH = re.compile(r"namespace doesn't match ClusterQueue selector", re.I)
+
+
+def _kueue_remedy(message: str, namespace: str, cq: str, local_queue: str) -> str:
+    """What to do about the reason Kueue gives on a Workload it does not admit."""
+    if _NAMESPACE_MISMATCH.search(message):
+        return (f"ClusterQueue {cq or '(the LocalQueue ' + local_queue + ' names)'}'s namespaceSelector does not "
+                f"select namespace {namespace}: fix the selector (kubectl get clusterqueue {cq} -o "
+                f"jsonpath='{{.spec.namespaceSelector}}') or the namespace's labels")
+    if "insufficient" in message or "quota" in message:
+        return ("it starts when running jobs release the quota Kueue names; or ask for less, or raise the "
+                "ClusterQueue's quota for that resource")
+    if "flavor" in message.lower():
+        return "no ResourceFlavor of the ClusterQueue fits the job's pods (node labels, taints): check its flavors"
+    return f"act on Kueue's reason; kubectl -n {namespace} describe workloads shows it"
+
+
+def _local_queue_held(kube: Kube, namespace: str, name: str) -> tuple[str, str] | None:
+    """(cause, remedy) where LocalQueue `name` is held by its stopPolicy; None otherwise, or where unreadable."""
+    try:
+        lq = kube.find(LOCALQUEUE, name, namespace) if name else None
+    except ApiException:
+        return None
+    policy = ((lq or {}).get("spec") or {}).get("stopPolicy") or "None"
+    if policy == "None":
+        return None
+    return (f"queued: LocalQueue {namespace}/{name} is held (stopPolicy: {policy}): it admits no job",
+            f"release it when its owner agrees: kubectl -n {namespace} patch localqueue {name} --type=merge "
+            "-p '{\"spec\":{\"stopPolicy\":\"None\"}}'")
 
 
 def _cluster_queue_stopped(kube: Kube, name: str) -> tuple[str, str] | None:
@@ -419,6 +463,16 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESO
         queued.state = state if state != "Pending" else "Queued"
         return queued
 
+    replicas = (job.get("spec") or {}).get("mpiReplicaSpecs") or {}
+    expected = sum(int((r or {}).get("replicas", 1)) for r in replicas.values())
+    if kind == "MPIJob" and len(pods) < expected and state not in ("Succeeded", "Complete"):
+        refused = _refused_pods(kube, namespace, name)
+        if refused:
+            return Diagnosis(job_ref, state, refused[0], refused[1], details)
+    if kind == "MPIJob" and state != "Suspended" and not (job.get("spec", {}).get("runPolicy") or {}).get("suspend"):
+        stuck = _launcher_still_suspended(kube, namespace, name)
+        if stuck:
+            return Diagnosis(job_ref, state, stuck[0], stuck[1], details)
     if kind == "MPIJob" and state == "Pending" and not pods and not job.get("status"):
         return Diagnosis(job_ref, state, "the MPI Operator has not picked up the job (no status, no pods)",
                          "check that the MPI Operator runs (kubectl get pods -A -l app=mpi-operator) and read its log",
@@ -448,6 +502,62 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESO
                       "the Launcher to keep it")
         return Diagnosis(job_ref, state, f"job failed: {msg}", remedy, details)
     return Diagnosis(job_ref, state, "no problem found", "wait, or watch the job's events", details)
+
+
+_REFUSED_BY = {  # who refused, in pod_refusal's words -> what to do
+    "security context constraints": "set no runAsUser, fsGroup or privileges the namespace's SCC does not allow "
+                                    "(restricted-v2: leave the UID to the cluster, drop capabilities)",
+}
+_REFUSAL_WORDS = (("exceeded quota", "a ResourceQuota", "ask for less, or raise the namespace's ResourceQuota "
+                   "(kubectl describe resourcequota)"),
+                  ("LimitRange", "a LimitRange", "fit the pods' requests and limits into the namespace's LimitRange "
+                   "(kubectl describe limitrange)"),
+                  ("admission webhook", "an admission webhook", "read the webhook's message; its owner decides"),
+                  ("ValidatingAdmissionPolicy", "an admission policy", "read the policy's message; its owner "
+                   "decides"))
+
+
+def _refused_pods(kube: Kube, namespace: str, name: str) -> tuple[str, str] | None:
+    """(cause, remedy) where the API server refused the pods of MPIJob `name` (mpi-operator's events on the MPIJob,
+    the Job controller's on its launcher Job): SCC, Pod Security, quota, LimitRange, a webhook or policy, named in
+    their own words."""
+    try:
+        events = kube.core.list_namespaced_event(namespace).items
+    except ApiException:
+        return None
+    mine = {("MPIJob", name), ("Job", f"{name}-launcher")}
+    refusals = [e for e in events if (e.involved_object.kind, e.involved_object.name) in mine
+                and "forbidden" in (e.message or "")]
+    if not refusals:
+        return None
+    message = refusals[-1].message or ""
+    what = "the launcher" if refusals[-1].involved_object.kind == "Job" else "the operator's"
+    found = pod_refusal(message)
+    if found:
+        who, reasons = found
+        remedy = _REFUSED_BY.get(who, "give the pods what Pod Security requires (restricted: runAsNonRoot, no "
+                                 "privilege escalation, capabilities drop ALL, seccomp RuntimeDefault)")
+        return f"the cluster refuses {what} pods: {who}: {'; '.join(reasons)}", remedy
+    for words, who, remedy in _REFUSAL_WORDS:
+        if words in message:
+            return f"the cluster refuses {what} pods ({who}): {message}", remedy
+    return f"the cluster refuses {what} pods: {message}", "read the refusal: the API server names what it refuses"
+
+
+def _launcher_still_suspended(kube: Kube, namespace: str, name: str) -> tuple[str, str] | None:
+    """(cause, remedy) where the MPIJob runs again (resumed) but its launcher Job stays suspended: the operator
+    could not resume it (mpi-operator v0.8.2 without `update` on jobs/status: kubeflow/mpi-operator#830)."""
+    try:
+        launcher = client.BatchV1Api(kube.api_client).read_namespaced_job(f"{name}-launcher", namespace)
+    except (ApiException, AttributeError):
+        return None
+    if not (launcher.spec and launcher.spec.suspend) or not (launcher.status and launcher.status.start_time):
+        return None
+    return ("the job is resumed, but its launcher Job stays suspended: the MPI Operator cannot resume a launcher "
+            "that had started",
+            "read the operator's log (kubectl -n mpi-operator logs deploy/mpi-operator): \"cannot update resource "
+            "jobs/status\" means its ClusterRole lacks update on batch jobs/status (kubeflow/mpi-operator#830; the "
+            "mpi_operator role grants it)")
 
 
 def _pending_claims(kube: Kube, namespace: str, pods, events) -> list[str]:

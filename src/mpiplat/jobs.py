@@ -27,6 +27,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # OpenShift's namespace annotations, "<first>/<size>": the UIDs and groups restricted-v2 gives its pods.
 UID_RANGE = "openshift.io/sa.scc.uid-range"
 GROUP_RANGE = "openshift.io/sa.scc.supplemental-groups"
+SCC_ANNOTATION = "openshift.io/scc"  # the SCC OpenShift admitted a pod under
 
 # Local reference cluster (KWOK) behaviour, read by localcluster/stages.yaml.
 COMPLETE_AFTER = "mpiplat.io/complete-after"  # annotation: Go duration until a Job pod succeeds

@@ -891,3 +891,91 @@ def test_a_held_or_inactive_cluster_queue_is_the_cause_before_any_quota(cq_spec,
     found = diagnose(_Held(job, []), "ns", "j")
     assert found.state == "Queued" and says in found.cause and fix in found.remedy, found
     assert "GPUs" not in found.cause
+
+
+def _queued_kube(job: dict, message: str, cq: dict, lq_spec: dict | None = None):
+    """A job whose Workload Kueue has not admitted, saying `message`, on LocalQueue lq -> ClusterQueue `cq`."""
+    workload = {"metadata": {"name": "mpijob-j", "ownerReferences": [{"name": "j"}]},
+                "spec": {"queueName": "lq", "podSets": [{"count": 7, "template": {"spec": {"containers": [
+                    {"resources": {"requests": {GPU: "1"}}}]}}}]},
+                "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                           "message": message}]}}
+    local_queue = {"spec": {"clusterQueue": cq["metadata"]["name"], **(lq_spec or {})}}
+    cq["status"]["conditions"] = [{"type": "Active", "status": "True"}]
+
+    class _Kube(_QuietKube):
+        custom = SimpleNamespace(list_cluster_custom_object=lambda group, version, plural: {"items": [cq]})
+
+        def list(self, kind, namespace, label_selector=""):
+            return [workload] if kind == WORKLOAD else []
+
+        def get(self, kind, name, namespace=None):
+            return local_queue if kind == LOCALQUEUE else self.job
+
+        def find(self, kind, name, namespace=None):
+            return cq if kind == CLUSTERQUEUE else local_queue if kind == LOCALQUEUE else self.job
+    return _Kube(job, [])
+
+
+def test_kueues_own_reason_leads_where_the_quota_would_let_the_job_in():
+    """7 GPUs fit in the 12 of an idle queue: the arithmetic is no cause; Kueue's reason is, with its remedy."""
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="team-a", queue="lq", gpus_per_worker=1))
+    found = diagnose(_queued_kube(job, "Workload namespace doesn't match ClusterQueue selector", _cq("team-a", 12)),
+                     "team-a", "j")
+    assert found.cause == "queued: Kueue says: Workload namespace doesn't match ClusterQueue selector", found
+    assert "namespaceSelector does not select namespace team-a" in found.remedy
+    assert any("job needs 7" in d for d in found.details)  # the arithmetic, as a detail
+
+
+def test_the_quota_is_the_cause_only_where_the_job_does_not_fit():
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="team-a", queue="lq", gpus_per_worker=1))
+    found = diagnose(_queued_kube(job, "couldn't assign flavors to pod set worker: insufficient unused quota for "
+                                       "nvidia.com/gpu in flavor f, 3 more needed", _cq("team-a", 12, reserved=8)),
+                     "team-a", "j")
+    assert found.cause == ("queued: ClusterQueue team-a has 12 GPUs, 8 in use, 0 borrowable now (at most 0); job "
+                           "needs 7"), found
+    assert "release quota" in found.remedy
+
+
+def test_a_held_local_queue_is_the_cause():
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="team-a", queue="lq", gpus_per_worker=1))
+    found = diagnose(_queued_kube(job, "LocalQueue lq is inactive", _cq("team-a", 12), {"stopPolicy": "Hold"}),
+                     "team-a", "j")
+    assert found.cause == "queued: LocalQueue team-a/lq is held (stopPolicy: Hold): it admits no job", found
+    assert "patch localqueue lq" in found.remedy
+
+
+def test_pods_the_cluster_refuses_are_named_in_its_words():
+    """mpi-operator records the refusal on the MPIJob and sets no status: the diagnosis names the SCC's reason,
+    not "the MPI Operator has not picked up the job"."""
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="ns"))
+    event = SimpleNamespace(involved_object=SimpleNamespace(kind="MPIJob", name="j"), message=(
+        'worker pod created failed: pods "j-worker-0" is forbidden: unable to validate against any security context '
+        'constraint: [provider "restricted-v2": .containers[0].runAsUser: Invalid value: 1000: must be in the '
+        'ranges: [1000680000, 1000689999]]'))
+    found = diagnose(_QuietKube(job, [], events=[event]), "ns", "j")
+    assert found.cause.startswith("the cluster refuses the operator's pods: security context constraints: "
+                                  "containers[0].runAsUser is 1000; allowed: 1000680000-1000689999"), found
+    assert "runAsUser" in found.remedy
+    quota = SimpleNamespace(involved_object=SimpleNamespace(kind="Job", name="j-launcher"), message=(
+        'Error creating: pods "j-launcher-x" is forbidden: exceeded quota: q, requested: pods=1, used: pods=4, '
+        'limited: pods=4'))
+    found = diagnose(_QuietKube(job, [], events=[quota]), "ns", "j")
+    assert found.cause.startswith("the cluster refuses the launcher pods (a ResourceQuota): Error creating"), found
+
+
+def test_a_resumed_job_whose_launcher_stays_suspended_names_the_operators_rbac():
+    job = jobs.mpijob(jobs.MPIJob(name="j", namespace="ns"))
+    job["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+    pods = [_pod(f"j-worker-{i}", "worker", i, "Running") for i in range(2)]
+    kube = _QuietKube(job, pods)
+    launcher = SimpleNamespace(spec=SimpleNamespace(suspend=True), status=SimpleNamespace(
+        start_time=datetime.datetime.now(datetime.UTC)))
+    kube.api_client = object()
+    original = diagnose_module.client.BatchV1Api
+    diagnose_module.client.BatchV1Api = lambda api: SimpleNamespace(read_namespaced_job=lambda n, ns: launcher)
+    try:
+        found = diagnose(kube, "ns", "j")
+    finally:
+        diagnose_module.client.BatchV1Api = original
+    assert "launcher Job stays suspended" in found.cause and "jobs/status" in found.remedy, found

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from mpiplat import AsyncClient, Client, MPIJob, PodsRefused, cli
-from mpiplat.sdk import pod_refusal
+from mpiplat.refusals import pod_refusal
 
 # The API server's words (kube-apiserver's PodSecurity admission; OpenShift's SCC admission).
 PSA = ('pods "pi-worker-dryrun" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation '
