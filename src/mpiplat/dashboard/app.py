@@ -361,7 +361,8 @@ class Dashboard:
     async def job_stream(self, request: Request) -> Response:
         user = self.user(request)
         ns, name = request.path_params["namespace"], request.path_params["name"]
-        tpl = {k: self.templates.get_template(f"job_{k}.html") for k in ("overview", "workers", "events")}
+        parts = ("overview", "actions", "workers", "events")
+        tpl = {k: self.templates.get_template(f"job_{k}.html") for k in parts}
         latest: dict = {}
 
         async def part(kind: str):
@@ -371,7 +372,7 @@ class Dashboard:
                 return tpl[kind].render(d=latest["d"], ns=ns, name=name, PHASE_COLOURS=PHASE_COLOURS,
                                         age=age, seconds=seconds)
             return render
-        return self._stream(request, {k: await part(k) for k in ("overview", "workers", "events")})
+        return self._stream(request, {k: await part(k) for k in parts})
 
     async def logs_stream(self, request: Request) -> Response:
         """The job's launcher and worker logs as they are written: one `line` event each (JSON: time, pod,
@@ -557,8 +558,13 @@ def create_app(settings: Settings) -> Starlette:
     ]
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        return HTMLResponse(f"<h1>{exc.status_code}</h1><p>{html.escape(str(exc.detail))}</p>",
-                            status_code=exc.status_code)
+        """An error page inside the dashboard's layout (a fragment's error: the detail alone)."""
+        if request.headers.get("HX-Request") == "true":
+            return HTMLResponse(html.escape(str(exc.detail)), status_code=exc.status_code)
+        title = {400: "Bad request", 401: "Not signed in", 403: "Forbidden", 404: "Not found"}.get(exc.status_code, "")
+        return d.templates.TemplateResponse(request, "error.html", {
+            "status": exc.status_code, "title": title, "detail": exc.detail, "user": None, "csrf_token": ""},
+            status_code=exc.status_code)
 
     # The first is the outermost: the security headers go on every answer, the Host check's refusal too.
     middleware = [Middleware(security.SecurityHeaders),

@@ -238,3 +238,17 @@ def test_the_security_settings_are_checked():
         app.Settings(allowed_hosts=["http://x.example"]).check()
     with pytest.raises(ValueError, match="with auth kubeconfig only"):
         app.Settings(auth="proxy", token="0123456789abcdef").check()
+
+
+@pytest.mark.parametrize("phase, shown", [
+    ("Running", ["Suspend", "Delete"]), ("Pending", ["Suspend", "Delete"]), ("Queued", ["Suspend", "Resume", "Delete"]),
+    ("Suspended", ["Resume", "Delete"]), ("Succeeded", ["Delete"]), ("Failed", ["Delete"])])
+def test_a_job_page_offers_only_the_actions_that_apply(phase, shown):
+    from types import SimpleNamespace
+
+    from jinja2 import Environment, FileSystemLoader
+
+    env = Environment(loader=FileSystemLoader(str(app.HERE / "templates")), autoescape=True)
+    html = env.get_template("job_actions.html").render(d=SimpleNamespace(status=SimpleNamespace(phase=phase)),
+                                                       ns="ns", name="j")
+    assert re.findall(r">(Suspend|Resume|Delete)</button>", html) == shown

@@ -425,6 +425,9 @@ def test_a_rebinding_host_a_missing_token_and_framing_are_refused(browser, serve
     assert "frame-ancestors 'none'" in headers["content-security-policy"]
     assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
     assert headers["referrer-policy"] == "no-referrer"
+    missing = page.goto(f"{served.url}/jobs/default/no-such-job")  # an error page, inside the dashboard's layout
+    assert missing.status == 404 and page.locator(".pf-v6-c-masthead").count() == 1
+    playwright.expect(page.locator("#error")).to_contain_text("404 Not found")
     # A name that rebinds to 127.0.0.1: the browser sends Host: rebound.example, refused even with the token.
     rebound = served.url.replace("127.0.0.1", REBOUND)
     assert page.goto(f"{rebound}/jobs?token={served.settings.token}").status == 400
