@@ -656,6 +656,20 @@ def matrix() -> list[Fault]:
                          "name": "mpiplat-fault-scc-anyuid"},
              "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                            "name": "system:serviceaccounts"}]}]),
+        ChangedObject("team-queue-selects-others", kind="clusterqueues.kueue.x-k8s.io", obj_name=TEAM,
+                      merge={"spec": {"namespaceSelector": {"matchLabels": {"mpiplat.io/team": "team-x"}}}}),
+        ChangedObject("team-localqueue-held", kind="localqueues.kueue.x-k8s.io", obj_name=f"{TEAM}-queue",
+                      namespace=TEAM, merge={"spec": {"stopPolicy": "Hold"}}),
+        ChangedObject("team-cpu-quota-zero", kind="clusterqueues.kueue.x-k8s.io", obj_name=TEAM, json_patch=[
+            {"op": "test", "path": "/spec/resourceGroups/0/flavors/0/resources/0/name", "value": "cpu"},
+            {"op": "replace", "path": "/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota", "value": "0"}]),
+        CreatedObjects("team-quota-no-secrets", objs=[
+            {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "mpiplat-fault-no-secrets",
+                                                                       "namespace": TEAM},
+             "spec": {"hard": {"count/secrets": "0"}}}]),
+        CreatedObjects("team-limitrange-below-request", objs=[
+            {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "mpiplat-fault-tiny", "namespace": TEAM},
+             "spec": {"limits": [{"type": "Container", "max": {"cpu": "10m"}}]}}]),
         ChangedObject("team-not-restricted", kind="namespace", obj_name=TEAM,
                       merge={"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}),
         CreatedObjects("team-quota-no-pods", objs=[

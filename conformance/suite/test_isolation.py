@@ -9,13 +9,14 @@ from collections.abc import Callable
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 from mpiplat import jobs, queues
 from mpiplat.conformance import identity
 from mpiplat.conformance.health import api_message
 from mpiplat.conformance.placement import Placement, pod_spec
 from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, submit_job, wait_pods
-from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, label_selector
+from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, label_selector, label_selects
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 # What a job pod's ServiceAccount may not do in its namespace: (verb, API group, resource, subresource).
@@ -446,13 +447,7 @@ PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 def _dry_run_refusal(kube, ns: str, pod: dict) -> str:
     """The API server's refusal of `pod` in `ns` (a server-side dry run: nothing is created); "" if admitted."""
-    try:
-        kube.dry_run_create(f"/api/v1/namespaces/{ns}/pods", pod)
-    except ApiException as err:
-        if err.status in (400, 403, 422):
-            return api_message(err)
-        raise
-    return ""
+    return _dry_run_object(kube, ns, pod)
 
 
 @pytest.mark.requirement("ISO-05")
@@ -486,9 +481,12 @@ def test_team_namespaces_enforce_pod_security_restricted(kube, settings):
 def test_each_team_can_run_a_job_in_its_own_namespace(kube, settings, mpijob_spec, evidence):
     """The suite runs its jobs in namespaces of its own; users run theirs in their team's. For each configured
     team, in the team's own namespace: a 2-worker MPIJob on the team's queue and one of its worker pods must be
-    admitted (server-side dry runs: quota, LimitRange, Pod Security, admission policies and webhooks answer,
-    nothing is created), and the team's LocalQueue must point at a ClusterQueue that is Active and not held.
-    Fails naming the team and what blocks it, e.g. a ResourceQuota that allows no pod."""
+    admitted, with every other object mpi-operator makes for it (its launcher pod and Job, Service, ConfigMap and SSH
+    Secret; server-side dry runs: quota, LimitRange, Pod Security, admission policies and webhooks answer, nothing
+    is created); the team's LocalQueue must not be held and point at a ClusterQueue that is Active, not held, selects
+    the team's namespace and whose quota (with what it may borrow) holds the job's CPU, memory and GPUs. Fails naming
+    the team and what blocks it, e.g. a ResourceQuota that allows no pod or no Secret, a LimitRange whose maximum is
+    below the job's request, a namespaceSelector that does not select the team."""
     evidence.at_most("objects", "server-side dry runs and the queues' objects in each team's namespace")
     wrong = []
     for team in settings.teams:
@@ -501,29 +499,117 @@ def test_each_team_can_run_a_job_in_its_own_namespace(kube, settings, mpijob_spe
                 raise
             wrong.append(f"team {team.name}: an MPIJob is refused in its namespace {ns}: {api_message(err)}")
             continue
-        template = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
-        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
-               "metadata": {"name": f"{manifest['metadata']['name']}-worker-0",
-                            "labels": (template.get("metadata") or {}).get("labels") or {}}}
-        refusal = _dry_run_refusal(kube, ns, pod)
-        if refusal:
-            wrong.append(f"team {team.name}: a worker pod of its MPIJob is refused in its namespace {ns}: {refusal}")
+        for what, obj in _operator_objects(manifest):
+            refusal = _dry_run_object(kube, ns, obj)
+            if refusal:
+                wrong.append(f"team {team.name}: {what} of its MPIJob is refused in its namespace {ns}: {refusal}")
         if team.queue:
-            wrong += _queue_problems(kube, team)
+            wrong += _queue_problems(kube, team, _requests(manifest, settings.gpu_resource))
     assert not wrong, "; ".join(wrong)
 
 
-def _queue_problems(kube, team) -> list[str]:
-    """Why the team's LocalQueue admits nothing: missing, or its ClusterQueue missing, held or inactive."""
+def _operator_objects(manifest: dict) -> list[tuple[str, dict]]:
+    """What mpi-operator creates for an MPIJob (the objects a ResourceQuota, LimitRange or policy may refuse), as
+    (what, object) with the operator's names."""
+    name = manifest["metadata"]["name"]
+    out = []
+    for role in ("Worker", "Launcher"):
+        template = manifest["spec"]["mpiReplicaSpecs"][role]["template"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
+               "metadata": {"name": f"{name}-{role.lower()}{'-0' if role == 'Worker' else ''}",
+                            "labels": (template.get("metadata") or {}).get("labels") or {}}}
+        out.append((f"a {role.lower()} pod", pod))
+    launcher = out[-1][1]
+    out += [("its launcher Job", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{name}-launcher"},
+                                  "spec": {"template": {"metadata": {"labels": launcher["metadata"]["labels"]},
+                                                        "spec": {**launcher["spec"], "restartPolicy": "Never"}}}}),
+            ("its workers' Service", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                                      "spec": {"clusterIP": "None", "selector": {JOB_LABEL: name}}}),
+            ("its hostfile ConfigMap", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-config"},
+                                        "data": {"hostfile": ""}}),
+            ("its SSH Secret", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-ssh"},
+                                "type": "kubernetes.io/ssh-auth", "stringData": {"ssh-privatekey": "x"}})]
+    return out
+
+
+_PATHS = {"Pod": "pods", "Job": "jobs", "Service": "services", "ConfigMap": "configmaps", "Secret": "secrets"}
+
+
+def _dry_run_object(kube, ns: str, obj: dict) -> str:
+    """The API server's refusal of `obj` in `ns` (a server-side dry run); "" if admitted."""
+    group = "/apis/batch/v1" if obj["kind"] == "Job" else "/api/v1"
+    try:
+        kube.dry_run_create(f"{group}/namespaces/{ns}/{_PATHS[obj['kind']]}", obj)
+    except ApiException as err:
+        if err.status in (400, 403, 422):
+            return api_message(err)
+        raise
+    return ""
+
+
+def _requests(manifest: dict, gpu: str) -> dict[str, float]:
+    """What the job asks of its queue, per resource (cpu, memory, GPUs): its pods' requests (else limits)."""
+    total = {"cpu": 0.0, "memory": 0.0, gpu: 0.0}
+    for spec in manifest["spec"]["mpiReplicaSpecs"].values():
+        for c in spec["template"]["spec"].get("containers", []):
+            res = c.get("resources") or {}
+            for key in total:
+                value = (res.get("requests") or {}).get(key, (res.get("limits") or {}).get(key))
+                if value is not None:
+                    total[key] += float(parse_quantity(value)) * int(spec.get("replicas", 1))
+    return total
+
+
+def _queue_problems(kube, team, needs: dict[str, float]) -> list[str]:
+    """Why the team's LocalQueue admits no job of `needs`: missing or held, or its ClusterQueue missing, held,
+    inactive, not selecting the team's namespace, or with less quota than the job needs."""
     lq = kube.find(LOCALQUEUE, team.queue, team.namespace)
     if lq is None:
         return [f"team {team.name}: its LocalQueue {team.queue} does not exist in {team.namespace}"]
+    wrong = []
+    policy = (lq.get("spec") or {}).get("stopPolicy") or "None"
+    if policy != "None":
+        wrong.append(f"team {team.name}: its LocalQueue {team.queue} is held (stopPolicy: {policy}): it admits no job")
     name = lq["spec"].get("clusterQueue", "")
     cq = kube.find(CLUSTERQUEUE, name)
     if cq is None:
-        return [f"team {team.name}: its LocalQueue {team.queue} points at ClusterQueue {name!r}, which does not exist"]
+        return wrong + [f"team {team.name}: its LocalQueue {team.queue} points at ClusterQueue {name!r}, which does "
+                        "not exist"]
     found = queues.admits_nothing(cq)
-    return [f"team {team.name}: its ClusterQueue {name} {found[1]}: it admits no job"] if found else []
+    if found:
+        wrong.append(f"team {team.name}: its ClusterQueue {name} {found[1]}: it admits no job")
+    selector = cq["spec"].get("namespaceSelector")
+    labels = kube.core.read_namespace(team.namespace).metadata.labels or {}
+    if selector is None or not label_selects(selector, labels):  # Kueue: no selector selects no namespace
+        wrong.append(f"team {team.name}: its ClusterQueue {name}'s namespaceSelector {json.dumps(selector)} does not "
+                     f"select its namespace {team.namespace} (labels {json.dumps(labels)}): every job waits forever")
+    for resource, need in needs.items():
+        most = _quota_most(cq, resource)
+        if need and most is not None and most < need:
+            wrong.append(f"team {team.name}: its ClusterQueue {name} allows at most {most:g} {resource} (nominal "
+                         f"quota and borrowing limit), a 2-worker job needs {need:g}: it admits no job")
+    return wrong
+
+
+def _quota_most(cq: dict, resource: str) -> float | None:
+    """The most of `resource` ClusterQueue `cq` can ever admit: its nominal quotas plus, in a cohort, its borrowing
+    limits; None where unbounded (in a cohort without a borrowing limit); 0 where no resource group covers it."""
+    spec = cq.get("spec") or {}
+    cohort = spec.get("cohortName") or spec.get("cohort")
+    most = 0.0
+    for group in spec.get("resourceGroups") or []:
+        if resource not in group.get("coveredResources", []):
+            continue
+        for flavor in group.get("flavors") or []:
+            for r in flavor.get("resources") or []:
+                if r.get("name") != resource:
+                    continue
+                most += float(parse_quantity(r.get("nominalQuota", "0")))
+                if cohort:
+                    if r.get("borrowingLimit") is None:
+                        return None
+                    most += float(parse_quantity(r["borrowingLimit"]))
+    return most
 
 
 @pytest.mark.requirement("ISO-05", needs=["pod_network"])

@@ -13,7 +13,17 @@ from urllib3.exceptions import HTTPError
 
 from mpiplat import queues
 from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, REQUIRED_TOPOLOGY, ROLE_LABEL, SSH_PORT
-from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kube, condition, has_condition
+from mpiplat.kube import (
+    CLUSTERQUEUE,
+    LOCALQUEUE,
+    MPIJOB,
+    TRAINJOB,
+    WORKLOAD,
+    Kube,
+    condition,
+    has_condition,
+    label_selects,
+)
 from mpiplat.refusals import pod_refusal
 
 _PULL = "check the image name and tag, the pull secret, or the registry mirror (mpiplat_image_registry)"
@@ -238,19 +248,6 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _label_selects(selector: dict | None, labels: dict[str, str]) -> bool:
-    """Whether a LabelSelector (API dict; empty selects all) selects `labels`."""
-    selector = selector or {}
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
-        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values) \
-                or (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
-            return False
-    return True
-
-
 def policies_selecting(policies: list[dict], labels: dict[str, str], direction: str) -> list[str]:
     """Names of the NetworkPolicies (API dicts, one namespace) that isolate a pod with `labels` for
     `direction` ("Ingress" or "Egress"): only what they allow reaches (leaves) it."""
@@ -258,7 +255,7 @@ def policies_selecting(policies: list[dict], labels: dict[str, str], direction: 
     for pol in policies:
         spec = pol.get("spec") or {}
         types = spec.get("policyTypes") or (["Ingress", "Egress"] if spec.get("egress") else ["Ingress"])
-        if direction in types and _label_selects(spec.get("podSelector"), labels):
+        if direction in types and label_selects(spec.get("podSelector"), labels):
             names.append(pol["metadata"]["name"])
     return sorted(names)
 

@@ -391,3 +391,16 @@ class ConditionWatch:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def label_selects(selector: dict | None, labels: dict[str, str]) -> bool:
+    """Whether a LabelSelector (API dict; empty selects all) selects `labels`."""
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values) \
+                or (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
+            return False
+    return True
