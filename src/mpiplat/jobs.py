@@ -51,7 +51,11 @@ def _base_images() -> dict[str, str]:
     return {impl: comp.expand(ref) for impl, ref in comp.extra["base_images"].items()}
 
 
-DEFAULT_IMAGES = _base_images()
+DEFAULT_IMAGES = _base_images()  # upstream's: where the cluster names none (CLUSTER_IMAGES)
+# Where the installer names the cluster's own MPI images per implementation (the mpi_operator role's
+# mpi_operator_default_images): a ConfigMap every signed-in user may read. The SDK, CLI and dashboard use them for a job
+# that names no image.
+CLUSTER_IMAGES = ("kube-public", "mpiplat-mpi-images")
 # Per implementation: the command line that starts ranks, and the environment that points it
 # at the operator's hostfile (/etc/mpi/hostfile) and a non-root SSH setup.
 SSH_ARGS = "-o ConnectionAttempts=10 -o ConnectTimeout=10 -o StrictHostKeyChecking=no -p 2222"

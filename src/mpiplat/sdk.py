@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import functools
 import inspect
@@ -34,7 +35,7 @@ from urllib3.exceptions import HTTPError
 from mpiplat import overview
 from mpiplat.diagnose import Diagnosis, diagnose
 from mpiplat.errors import MpiplatError
-from mpiplat.jobs import GPU_RESOURCE, INDEX_LABEL, JOB_LABEL, ROLE_LABEL, MPIJob
+from mpiplat.jobs import CLUSTER_IMAGES, GPU_RESOURCE, IMPLEMENTATIONS, INDEX_LABEL, JOB_LABEL, ROLE_LABEL, MPIJob
 from mpiplat.kube import MPIJOB, WORKLOAD, Kube, condition, has_condition
 from mpiplat.refusals import pod_refusal
 
@@ -309,6 +310,9 @@ class Client:
         if isinstance(job, dict):
             job = MPIJob.from_manifest(job)
         manifest = job.manifest()  # validates before any API call
+        if not job.image and (image := self.default_images().get(job.implementation)):
+            job = dataclasses.replace(job, image=image)  # the cluster's image for its MPI (else upstream's)
+            manifest = job.manifest()
         namespace = job.namespace or self.namespace
         manifest["metadata"]["namespace"] = namespace
         if check_gpus:
@@ -317,6 +321,16 @@ class Client:
             self._check_pods(manifest)
         with self._explained("create", namespace, job.name):
             return MPIJob.from_manifest(self.kube.create(MPIJOB, manifest))
+
+    def default_images(self) -> dict[str, str]:
+        """The cluster's MPI images per implementation, as its installer names them (jobs.CLUSTER_IMAGES); {} where
+        it names none or the ConfigMap cannot be read: then a job without an image gets upstream's."""
+        namespace, name = CLUSTER_IMAGES
+        try:
+            found = self.kube.core.read_namespaced_config_map(name, namespace, _request_timeout=10)
+        except ApiException:
+            return {}
+        return {k: v.strip() for k, v in (found.data or {}).items() if k in IMPLEMENTATIONS and v and v.strip()}
 
     def get(self, name: str, namespace: str | None = None) -> MPIJob:
         namespace = namespace or self.namespace

@@ -447,14 +447,26 @@ class Dashboard:
         names = await asyncio.to_thread(self.kube.core.list_namespace)  # the user may list MPIJobs in every one
         return sorted(n.metadata.name for n in names.items)
 
+    async def images(self, user: User) -> dict[str, str]:
+        """The image a job without one gets, per implementation: the cluster's (jobs.CLUSTER_IMAGES), else
+        upstream's."""
+        return {**DEFAULT_IMAGES, **await user.client.default_images()}
+
+    @staticmethod
+    def help_with(images: dict[str, str]) -> dict[str, str]:
+        return {**HELP, "image": "The launcher's and workers' image; empty: the cluster's image for the "
+                                 "implementation (" + ", ".join(f"{k}: {v}" for k, v in images.items()) + ")."}
+
     async def new(self, request: Request) -> Response:
         user = self.user(request)
         visible = await self.offered(user)
+        images = await self.images(user)
         values = {"namespace": (visible or [user.client.namespace])[0], "implementation": "OpenMPI", "workers": "2",
                   "slots": "1", "cpu": "100m", "memory": "128Mi", "gpus": "0",
                   "command": "python3 -c 'import socket; print(socket.gethostname())'"}
         return self.page(request, "new.html", user, v=values, errors={}, namespaces=visible,
-                         implementations=IMPLEMENTATIONS, default_images=DEFAULT_IMAGES, yaml_text="")
+                         implementations=IMPLEMENTATIONS, default_images=images, help=self.help_with(images),
+                         yaml_text="")
 
     async def new_post(self, request: Request) -> Response:
         """check: the form's errors and YAML; from-yaml: the form from a YAML; create: submit."""
@@ -464,12 +476,14 @@ class Dashboard:
         errors: dict[str, str] = {}
         yaml_text = form.get("yaml", "")
         values = dict(form)
+        images = await self.images(user)
         try:
             if step == "from-yaml":
                 job = MPIJob.from_yaml(yaml_text)
                 values = form_of(job, yaml_text)
             else:
                 job = job_from_form(form)
+            job.image = job.image or images.get(job.implementation)
             yaml_text = job.to_yaml()
             if step == "create":
                 created = await user.client.create(job)
@@ -481,7 +495,7 @@ class Dashboard:
             errors["_form"] = str(err)
         return self.templates.TemplateResponse(request, "new_form.html", {
             "v": values, "errors": errors, "namespaces": await self.offered(user), "implementations": IMPLEMENTATIONS,
-            "default_images": DEFAULT_IMAGES, "yaml_text": yaml_text, "help": HELP})
+            "default_images": images, "yaml_text": yaml_text, "help": self.help_with(images)})
 
     # ---- queues, reports
     async def queues(self, request: Request) -> Response:

@@ -442,3 +442,16 @@ def test_a_rebinding_host_a_missing_token_and_framing_are_refused(browser, serve
     finally:
         framer.stop()
         bare.close()
+
+
+def test_the_forms_default_image_is_the_clusters(served, page):
+    """The installer names the cluster's MPI images (kube-public/mpiplat-mpi-images): the local ones. A form with no
+    image makes a job of the cluster's image for its MPI, not upstream's (which the real node does not have)."""
+    page.goto(f"{served.url}/jobs/new")
+    playwright.expect(page.locator("#help-image")).to_contain_text("OpenMPI: mpiplat.local/openmpi:1")
+    page.fill("#f-name", "default-image")
+    page.locator("#f-name").dispatch_event("change")
+    playwright.expect(page.locator("#f-yaml")).to_contain_text("image: mpiplat.local/openmpi:1")
+    page.select_option("#f-implementation", "MPICH")
+    page.locator("#f-implementation").dispatch_event("change")
+    playwright.expect(page.locator("#f-yaml")).to_contain_text("image: mpiplat.local/mpich:1")

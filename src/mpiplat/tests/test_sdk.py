@@ -353,6 +353,20 @@ def test_suspend_and_resume_of_a_queued_job_act_on_its_workload(sdk: Client, kub
 
 
 @pytest.mark.cluster
+def test_a_job_without_an_image_gets_the_clusters_which_any_signed_in_user_may_read(sdk: Client, kube, namespace,
+                                                                                     tmp_path):
+    """The installer names the cluster's MPI images (the mpi_operator role's mpi_operator_default_images: the local
+    ones here); a ServiceAccount with no rights reads them, and a job that names no image gets its MPI's."""
+    nobody = Client(kubeconfig=_kubeconfig_of(kube, namespace, "reader", tmp_path / "kc"))
+    assert nobody.default_images() == {"OpenMPI": "mpiplat.local/openmpi:1", "Intel": "mpiplat.local/intel:1",
+                                       "MPICH": "mpiplat.local/mpich:1"}
+    made = sdk.create(MPIJob(name="no-image", implementation="MPICH", suspend=True, **_simulated()))
+    assert made.image == "mpiplat.local/mpich:1"
+    assert sdk.create(MPIJob(name="own-image", image="example.com/mine:1", suspend=True, **_simulated())).image == \
+        "example.com/mine:1"
+
+
+@pytest.mark.cluster
 def test_a_job_without_a_queue_is_suspended_through_its_run_policy(sdk: Client):
     sdk.create(MPIJob(name="plain", workers=2, launcher_annotations={jobs.COMPLETE_AFTER: "300s"}, **_simulated()))
     assert "runPolicy.suspend to true" in sdk.suspend("plain")
