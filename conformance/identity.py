@@ -57,6 +57,14 @@ def extra_grants(pods) -> list[str]:
             if (scc := (p.metadata.annotations or {}).get(jobs.SCC_ANNOTATION)) and scc not in RESTRICTED_SCCS]
 
 
+def _no_extra_grant(ns: str, name: str, pods) -> None:
+    granted = extra_grants(pods)
+    if granted:
+        raise AssertionError(f"{ns}/{name}: pods admitted with an extra grant: {', '.join(granted)}; every job's "
+                             f"pods must run under {' or '.join(RESTRICTED_SCCS)} (someone granted their "
+                             "ServiceAccount a looser SCC, e.g. `oc adm policy add-scc-to-user anyuid`)")
+
+
 def run_whoami_job(kube: Kube, spec: jobs.MPIJob, expect_uid: int, timeout: float = 300) -> tuple[dict, dict]:
     """Submit `spec` (a real MPIJob of 2 workers) running the whoami workload, expecting every rank to run as
     `expect_uid` on its own worker; returns whoami's record and the times it took (s): worker created ->
@@ -74,17 +82,14 @@ def run_whoami_job(kube: Kube, spec: jobs.MPIJob, expect_uid: int, timeout: floa
         workers = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker",
                             lambda pods: running(pods) or pull_failure(pods) or _failed_container(pods), timeout=120)
     except TimeoutError as err:
+        _no_extra_grant(ns, name, kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items)
         raise AssertionError(f"{ns}/{name}: the workers did not run: {err}\n{diagnose(kube, ns, name)}") from err
+    _no_extra_grant(ns, name, workers)  # before what a looser SCC lets happen (another UID, a failure)
     if pull_failure(workers):
         raise AssertionError(f"{ns}/{name}: the workers cannot pull image {spec.image}: {diagnose(kube, ns, name)}")
     if not running(workers) or _failed_container(workers):
         logs = "\n".join(f"--- {p.metadata.name}\n{_log(kube, p)[-1000:]}" for p in workers)
         raise AssertionError(f"{ns}/{name}: a worker failed: {diagnose(kube, ns, name)}\n{logs}")
-    granted = extra_grants(workers)
-    if granted:
-        raise AssertionError(f"{ns}/{name}: pods admitted with an extra grant: {', '.join(granted)}; every job's "
-                             f"pods must run under {' or '.join(RESTRICTED_SCCS)} (someone granted their "
-                             "ServiceAccount a looser SCC, e.g. `oc adm policy add-scc-to-user anyuid`)")
     to_running = time.monotonic() - start
     [found], seen = wait_workload_job(kube, name, ns, "whoami", ranks=2, timeout=timeout, start=start)
     assert found["uids"] == found["euids"] == [expect_uid] * 2, found

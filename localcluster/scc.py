@@ -132,10 +132,11 @@ _INDICES = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]"  # container
 
 
 def _each(kind: str, when: str, patch: str) -> str:
-    """CEL: a JSONPatch for each container of `kind` (c: the container, i its index) where `when` holds."""
+    """CEL: a JSONPatch for each container of `kind` (`$c.` in `when` and `patch`: the container; i its index) where
+    `when` holds."""
     items = _containers(kind)
-    return (f"{_INDICES}.filter(i, i < size({items}) && cel.bind(c, {items}[i], {when}))"
-            f".map(i, cel.bind(c, {items}[i], {patch}))")
+    when, patch = (x.replace("$c.", f"{items}[i].") for x in (when, patch))
+    return f"{_INDICES}.filter(i, i < size({items}) && {when}).map(i, {patch})"
 
 
 def _container_defaults(kind: str) -> str:
@@ -143,23 +144,23 @@ def _container_defaults(kind: str) -> str:
     container sets one, runAsNonRoot, allowPrivilegeEscalation false and capabilities dropping ALL where missing."""
     at = f"'/spec/{kind}/' + string(i) + '/securityContext"
     typ = f"Object.spec.{kind}.securityContext"
-    sc = "has(c.securityContext)"
+    sc = "has($c.securityContext)"  # `$c.`: the container (_each)
     pod_user = f"{_POD_SC} && has(object.spec.securityContext.runAsUser)"
-    caps = f"{sc} && has(c.securityContext.capabilities)"
+    caps = f"{sc} && has($c.securityContext.capabilities)"
     return " + ".join([
         _each(kind, f"!{sc}", f"JSONPatch{{op: 'add', path: {at}', value: {typ}{{}}}}"),
-        _each(kind, f"!({pod_user}) && !({sc} && has(c.securityContext.runAsUser))",
+        _each(kind, f"!({pod_user}) && !({sc} && has($c.securityContext.runAsUser))",
               f"JSONPatch{{op: 'add', path: {at}/runAsUser', value: variables.firstUid}}"),
-        _each(kind, f"!({sc} && has(c.securityContext.runAsNonRoot))",
+        _each(kind, f"!({sc} && has($c.securityContext.runAsNonRoot))",
               f"JSONPatch{{op: 'add', path: {at}/runAsNonRoot', value: true}}"),
-        _each(kind, f"!({sc} && has(c.securityContext.allowPrivilegeEscalation))",
+        _each(kind, f"!({sc} && has($c.securityContext.allowPrivilegeEscalation))",
               f"JSONPatch{{op: 'add', path: {at}/allowPrivilegeEscalation', value: false}}"),
         _each(kind, f"!({caps})",
               f"JSONPatch{{op: 'add', path: {at}/capabilities', value: {typ}.capabilities{{drop: ['ALL']}}}}"),
-        _each(kind, f"{caps} && !has(c.securityContext.capabilities.drop)",
+        _each(kind, f"{caps} && !has($c.securityContext.capabilities.drop)",
               f"JSONPatch{{op: 'add', path: {at}/capabilities/drop', value: ['ALL']}}"),
-        _each(kind, f"{caps} && has(c.securityContext.capabilities.drop) && "
-                    "!('ALL' in c.securityContext.capabilities.drop)",
+        _each(kind, f"{caps} && has($c.securityContext.capabilities.drop) && "
+                    "!('ALL' in $c.securityContext.capabilities.drop)",
               f"JSONPatch{{op: 'add', path: {at}/capabilities/drop/-', value: 'ALL'}}"),
     ])
 
@@ -232,6 +233,11 @@ _FORBIDDEN = " + ".join(
        f"']: Invalid value: \"{v}\": {v} volumes are not allowed to be used')" for v in OTHER_VOLUMES])
 
 
+def _message(complaints: str) -> str:
+    return ("'unable to validate against any security context constraint: [provider \"restricted-v2\": ' + "
+            f"({complaints}).join(', ') + ']'")
+
+
 def _binding(kind: str, policy: str, **spec) -> dict:
     return {"apiVersion": f"{API}/{'v1beta1' if kind.startswith('Mutating') else 'v1'}", "kind": f"{kind}Binding",
             "metadata": {"name": policy}, "spec": {"policyName": policy, **spec}}
@@ -271,16 +277,18 @@ def manifests() -> list[dict]:
         {"apiVersion": f"{API}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": check},
          "spec": {
              "matchConstraints": {"resourceRules": [_PODS], "namespaceSelector": _EXEMPT},
+             # A message expression may not use the authorizer: the anyuid grant decides in the expressions.
              "variables": [*_RANGE_VARS, {"name": "anyuid", "expression": _ANYUID},
-                           {"name": "complaints",
-                            "expression": f"(variables.anyuid ? [] : {_COMPLAINTS}) + {_FORBIDDEN}"}],
+                           {"name": "ranges", "expression": _COMPLAINTS},
+                           {"name": "forbidden", "expression": _FORBIDDEN}],
              "validations": [
                  {"expression": _HAS_RANGE, "reason": "Forbidden",
                   "message": "unable to validate against any security context constraint: [provider "
                              f"\"restricted-v2\": Forbidden: unable to find annotation {UID_RANGE}]"},
-                 {"expression": f"!({_HAS_RANGE}) || size(variables.complaints) == 0", "reason": "Forbidden",
-                  "messageExpression": "'unable to validate against any security context constraint: [provider "
-                                       "\"restricted-v2\": ' + variables.complaints.join(', ') + ']'"}],
+                 {"expression": f"!({_HAS_RANGE}) || variables.anyuid || size(variables.ranges) == 0",
+                  "reason": "Forbidden", "messageExpression": _message("variables.ranges + variables.forbidden")},
+                 {"expression": f"!({_HAS_RANGE}) || size(variables.forbidden) == 0",
+                  "reason": "Forbidden", "messageExpression": _message("variables.forbidden")}],
              "failurePolicy": "Fail"}},
         _binding("ValidatingAdmissionPolicy", check, validationActions=["Deny"]),
     ]

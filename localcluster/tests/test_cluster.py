@@ -192,7 +192,7 @@ def test_the_restricted_v2_emulation_writes_what_openshifts_scc_admission_writes
                   '.containers[0].capabilities.add: Invalid value: "SYS_ADMIN": capability may not be added',
                   'spec.volumes[0]: Invalid value: "hostPath": hostPath volumes are not allowed to be used'):
         assert words in said, said
-    assert said.startswith(f'pods "uid" is forbidden: {prefix}'), said
+    assert prefix in said, said
     kube.dry_run_create(pods, pod({"capabilities": {"add": ["NET_BIND_SERVICE"]}}))  # restricted-v2 allows it
     kube.dry_run_create("/api/v1/namespaces/kube-system/pods", pod({"runAsUser": 1000}))
     kube.core.patch_namespace(namespace, [{"op": "remove", "path": "/metadata/annotations/"
