@@ -484,7 +484,7 @@ def test_each_team_can_run_a_job_in_its_own_namespace(kube, settings, mpijob_spe
     admitted, with every other object mpi-operator makes for it (its launcher pod and Job, Service, ConfigMap and SSH
     Secret; server-side dry runs: quota, LimitRange, Pod Security, admission policies and webhooks answer, nothing
     is created); the team's LocalQueue must not be held and point at a ClusterQueue that is Active, not held, selects
-    the team's namespace and whose quota (with what it may borrow) holds the job's CPU, memory and GPUs. Fails naming
+    the team's namespace and whose nominal quota holds the job's CPU, memory and GPUs. Fails naming
     the team and what blocks it, e.g. a ResourceQuota that allows no pod or no Secret, a LimitRange whose maximum is
     below the job's request, a namespaceSelector that does not select the team."""
     evidence.at_most("objects", "server-side dry runs and the queues' objects in each team's namespace")
@@ -562,7 +562,7 @@ def _requests(manifest: dict, gpu: str) -> dict[str, float]:
 
 def _queue_problems(kube, team, needs: dict[str, float]) -> list[str]:
     """Why the team's LocalQueue admits no job of `needs`: missing or held, or its ClusterQueue missing, held,
-    inactive, not selecting the team's namespace, or with less quota than the job needs."""
+    inactive, not selecting the team's namespace, or with less nominal quota than the job needs."""
     lq = kube.find(LOCALQUEUE, team.queue, team.namespace)
     if lq is None:
         return [f"team {team.name}: its LocalQueue {team.queue} does not exist in {team.namespace}"]
@@ -584,32 +584,21 @@ def _queue_problems(kube, team, needs: dict[str, float]) -> list[str]:
         wrong.append(f"team {team.name}: its ClusterQueue {name}'s namespaceSelector {json.dumps(selector)} does not "
                      f"select its namespace {team.namespace} (labels {json.dumps(labels)}): every job waits forever")
     for resource, need in needs.items():
-        most = _quota_most(cq, resource)
-        if need and most is not None and most < need:
-            wrong.append(f"team {team.name}: its ClusterQueue {name} allows at most {most:g} {resource} (nominal "
-                         f"quota and borrowing limit), a 2-worker job needs {need:g}: it admits no job")
+        nominal = _nominal_quota(cq, resource)
+        if need and nominal < need:
+            wrong.append(f"team {team.name}: its ClusterQueue {name}'s nominal quota is {nominal:g} {resource}, a "
+                         f"2-worker job needs {need:g}: the team cannot count on running one (only on borrowing)")
     return wrong
 
 
-def _quota_most(cq: dict, resource: str) -> float | None:
-    """The most of `resource` ClusterQueue `cq` can ever admit: its nominal quotas plus, in a cohort, its borrowing
-    limits; None where unbounded (in a cohort without a borrowing limit); 0 where no resource group covers it."""
-    spec = cq.get("spec") or {}
-    cohort = spec.get("cohortName") or spec.get("cohort")
-    most = 0.0
-    for group in spec.get("resourceGroups") or []:
-        if resource not in group.get("coveredResources", []):
-            continue
-        for flavor in group.get("flavors") or []:
-            for r in flavor.get("resources") or []:
-                if r.get("name") != resource:
-                    continue
-                most += float(parse_quantity(r.get("nominalQuota", "0")))
-                if cohort:
-                    if r.get("borrowingLimit") is None:
-                        return None
-                    most += float(parse_quantity(r["borrowingLimit"]))
-    return most
+def _nominal_quota(cq: dict, resource: str) -> float:
+    """What ClusterQueue `cq` holds of `resource` for its own jobs (its flavors' nominal quotas; borrowing from its
+    cohort depends on the others' idle quota); 0 where no resource group covers it."""
+    return sum(float(parse_quantity(r.get("nominalQuota", "0")))
+               for group in (cq.get("spec") or {}).get("resourceGroups") or []
+               if resource in group.get("coveredResources", [])
+               for flavor in group.get("flavors") or [] for r in flavor.get("resources") or []
+               if r.get("name") == resource)
 
 
 @pytest.mark.requirement("ISO-05", needs=["pod_network"])
