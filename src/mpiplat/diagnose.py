@@ -463,7 +463,7 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESO
     replicas = (job.get("spec") or {}).get("mpiReplicaSpecs") or {}
     expected = sum(int((r or {}).get("replicas", 1)) for r in replicas.values())
     if kind == "MPIJob" and len(pods) < expected and state not in ("Succeeded", "Complete"):
-        refused = _refused_pods(kube, namespace, name)
+        refused = _refused_pods(kube, namespace, name, (job.get("metadata") or {}).get("uid"))
         if refused:
             return Diagnosis(job_ref, state, refused[0], refused[1], details)
     if kind == "MPIJob" and state != "Suspended" and not (job.get("spec", {}).get("runPolicy") or {}).get("suspend"):
@@ -514,7 +514,7 @@ _REFUSAL_WORDS = (("exceeded quota", "a ResourceQuota", "ask for less, or raise 
                    "decides"))
 
 
-def _refused_pods(kube: Kube, namespace: str, name: str) -> tuple[str, str] | None:
+def _refused_pods(kube: Kube, namespace: str, name: str, uid: str | None = None) -> tuple[str, str] | None:
     """(cause, remedy) where the API server refused the pods of MPIJob `name` (mpi-operator's events on the MPIJob,
     the Job controller's on its launcher Job): SCC, Pod Security, quota, LimitRange, a webhook or policy, named in
     their own words."""
@@ -524,7 +524,9 @@ def _refused_pods(kube: Kube, namespace: str, name: str) -> tuple[str, str] | No
         return None
     mine = {("MPIJob", name), ("Job", f"{name}-launcher")}
     refusals = [e for e in events if (e.involved_object.kind, e.involved_object.name) in mine
-                and "forbidden" in (e.message or "")]
+                and "forbidden" in (e.message or "")
+                and not (uid and e.involved_object.kind == "MPIJob" and getattr(e.involved_object, "uid", None)
+                         not in (None, uid))]  # not a deleted job's of the same name
     if not refusals:
         return None
     message = refusals[-1].message or ""
