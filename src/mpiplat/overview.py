@@ -40,6 +40,7 @@ class JobSummary:
     started: str | None = None
     finished: str | None = None
     message: str = ""
+    waiting: str = ""  # why Kueue has not admitted it yet: Kueue's words, and ours where we know more
 
     def duration(self, now: datetime.datetime | None = None) -> float | None:
         """Seconds from start to finish (or to now while it runs)."""
@@ -175,10 +176,31 @@ def summaries(kube: Kube, namespace: str | None, kinds: tuple[str, ...] = KINDS,
         if not has_condition(wl, "QuotaReserved") and not row.finished:
             pending_queues.add((row.namespace, row.queue))
     positions = _positions(kube, pending_queues, found["workloads"])
+    held = _held_queues(kube, pending_queues)
     for row, wl in queued:
         row.position = positions.get((row.namespace, wl["metadata"]["name"]))
+        if (row.namespace, row.queue) in pending_queues and not has_condition(wl, "QuotaReserved") and not row.finished:
+            kueue = (condition(wl, "QuotaReserved") or {}).get("message", "")
+            ours = held.get((row.namespace, row.queue), "")
+            behind = f"{row.position} job(s) ahead of it in LocalQueue {row.queue}" if row.position else ""
+            row.waiting = "; ".join(p for p in (ours, f"Kueue: {kueue}" if kueue else behind) if p)
     rows.sort(key=lambda r: r.created or "", reverse=True)
     return rows
+
+
+def _held_queues(kube: Kube, queues: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """(namespace, LocalQueue) -> why it is held ("LocalQueue q is held (stopPolicy: Hold)"), for those of `queues`
+    whose stopPolicy holds them; those the caller may not read are left out."""
+    out = {}
+    for ns, name in queues:
+        try:
+            lq = kube.find(LOCALQUEUE, name, ns) if name else None
+        except ApiException:
+            continue
+        policy = ((lq or {}).get("spec") or {}).get("stopPolicy") or "None"
+        if policy != "None":
+            out[(ns, name)] = f"LocalQueue {name} is held (stopPolicy: {policy})"
+    return out
 
 
 def _worker_gpus(obj: dict, resource: str) -> int:

@@ -239,6 +239,9 @@ def test_queued_jobs_show_their_position(served, page, namespace, kube, tmp_path
         row = page.locator(f"tr[data-job='{namespace}/q2'] td.position")
         playwright.expect(row).to_have_text("1", timeout=60_000)
         playwright.expect(page.locator(f"tr[data-job='{namespace}/q1'] td.position")).to_have_text("0")
+        playwright.expect(page.locator(f"tr[data-job='{namespace}/q1'] .waiting")).to_contain_text("Kueue: ")
+        playwright.expect(page.locator(f"tr[data-job='{namespace}/q2'] .waiting")).to_contain_text(
+            "1 job(s) ahead of it in LocalQueue team")
         playwright.expect(page.locator(f"tr[data-job='{namespace}/q0']")).to_have_attribute("data-phase", "Running")
         shot(page, "list", tmp_path)
         page.goto(f"{served.url}/queues")
@@ -253,6 +256,15 @@ def test_queued_jobs_show_their_position(served, page, namespace, kube, tmp_path
         page.click("text=Resume")
         playwright.expect(page.locator("#action-result")).to_contain_text("reactivated Kueue Workload")
         assert sdk.workload("q1")["spec"]["active"] is True
+        # A held LocalQueue: a job submitted to it says so, in the list and on its page.
+        kube.patch(LOCALQUEUE, "team", {"spec": {"stopPolicy": "Hold"}}, namespace)
+        sdk.create(MPIJob(name="held", workers=2, queue="team", **_simulated()))
+        page.goto(f"{served.url}/jobs?namespace={namespace}")
+        playwright.expect(page.locator(f"tr[data-job='{namespace}/held'] .waiting")).to_contain_text(
+            "LocalQueue team is held (stopPolicy: Hold); Kueue: LocalQueue team is inactive", timeout=30_000)
+        shot(page, "list-waiting", tmp_path)
+        page.goto(f"{served.url}/jobs/{namespace}/held")
+        playwright.expect(page.locator("#diagnosis")).to_contain_text(f"LocalQueue {namespace}/team is held")
     finally:
         for i in range(3):
             sdk.delete(f"q{i}", wait=True)
