@@ -118,7 +118,7 @@ def jobs(api, tmp_path) -> Client:
 
 
 def _job() -> MPIJob:
-    return MPIJob(name="pi", workers=2, command=["hostname"])
+    return MPIJob(name="pi", workers=2, command=["hostname"], image="example.com/mpi:1")  # no lookup of the cluster's
 
 
 def test_a_pod_security_refusal_is_one_line_naming_the_replica_the_namespace_and_each_field(api, jobs):
