@@ -1,7 +1,8 @@
-"""What makes the dashboard safe to expose, in one ASGI middleware in front of every route:
+"""What makes the dashboard safe to expose: the middleware in front of every route (app.create_app stacks them:
+SecurityHeaders, then Starlette's TrustedHostMiddleware, then GuardMiddleware).
 
-- allowed hosts (Starlette's TrustedHostMiddleware, inside this one): a request whose Host is not one of them is
-  refused (DNS rebinding), as `kubectl proxy --accept-hosts` does;
+- allowed hosts (TrustedHostMiddleware): a request whose Host is not one of them is refused (DNS rebinding), as
+  `kubectl proxy --accept-hosts` does;
 - with `--auth kubeconfig`, a token as Jupyter Server has it: printed at start in a URL, kept in an HttpOnly cookie,
   required on every request (any page on the machine can reach 127.0.0.1);
 - no state change from another origin: a POST must carry the page's CSRF token (a header htmx sends, `hx-headers`
