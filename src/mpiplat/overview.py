@@ -41,6 +41,7 @@ class JobSummary:
     finished: str | None = None
     message: str = ""
     waiting: str = ""  # why Kueue has not admitted it yet: Kueue's words, and ours where we know more
+    nodes: tuple[str, ...] = ()  # where its worker pods are placed
 
     def duration(self, now: datetime.datetime | None = None) -> float | None:
         """Seconds from start to finish (or to now while it runs)."""
@@ -138,11 +139,14 @@ def summaries(kube: Kube, namespace: str | None, kinds: tuple[str, ...] = KINDS,
             found[key] = []
     by_owner = {o["uid"]: w for w in found["workloads"] for o in w["metadata"].get("ownerReferences") or []}
     ready: dict[tuple[str, str], int] = {}
+    placed: dict[tuple[str, str, str], set[str]] = {}
     for key, label in (("mpi-pods", JOB_LABEL), ("train-pods", JOBSET_LABEL)):
         for pod in found.get(key, []):
             owner = (pod.metadata.labels or {}).get(label)
             if owner and _ready(pod):
                 ready[(key, pod.metadata.namespace, owner)] = ready.get((key, pod.metadata.namespace, owner), 0) + 1
+            if owner and pod.spec.node_name:
+                placed.setdefault((key, pod.metadata.namespace, owner), set()).add(pod.spec.node_name)
     rows: list[JobSummary] = []
     for obj in found.get("MPIJob", []):
         job, st, meta = MPIJob.from_manifest(obj), job_status(obj), obj["metadata"]
@@ -150,7 +154,8 @@ def summaries(kube: Kube, namespace: str | None, kinds: tuple[str, ...] = KINDS,
                                workers=job.workers, gpus=job.workers * _worker_gpus(obj, gpu_resource),
                                workers_ready=ready.get(("mpi-pods", meta["namespace"], meta["name"]), 0),
                                created=meta.get("creationTimestamp"), started=st.start_time,
-                               finished=st.completion_time, message=st.message))
+                               finished=st.completion_time, message=st.message,
+                               nodes=tuple(sorted(placed.get(("mpi-pods", meta["namespace"], meta["name"]), ())))))
     for obj in found.get("TrainJob", []):
         meta, spec = obj["metadata"], obj.get("spec") or {}
         trainer = spec.get("trainer") or {}
@@ -165,7 +170,8 @@ def summaries(kube: Kube, namespace: str | None, kinds: tuple[str, ...] = KINDS,
                                created=meta.get("creationTimestamp"),
                                started=(condition(obj, "Created") or {}).get("lastTransitionTime"),
                                finished=(done or {}).get("lastTransitionTime") if done and done.get(
-                                   "status") == "True" else None, message=latest.get("message", "")))
+                                   "status") == "True" else None, message=latest.get("message", ""),
+                               nodes=tuple(sorted(placed.get(("train-pods", meta["namespace"], meta["name"]), ())))))
     # Each row with its job's Workload (the rows were made in the order of these objects).
     queued = [(row, wl) for row, obj in zip(rows, found.get("MPIJob", []) + found.get("TrainJob", []), strict=True)
               if (wl := by_owner.get(obj["metadata"]["uid"])) is not None]

@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import yaml
+from kubernetes.client.exceptions import ApiException
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -43,6 +44,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from mpiplat import __version__
+from mpiplat.conformance.capabilities import is_kwok
 from mpiplat.conformance.prometheus import Prometheus
 from mpiplat.dashboard import assets, metrics, security
 from mpiplat.jobs import DEFAULT_IMAGES, IMPLEMENTATIONS, JobSpecError, MPIJob
@@ -54,6 +56,7 @@ HERE = Path(__file__).parent
 AUTH_MODES = ("kubeconfig", "proxy")
 REFRESH_S = 2.0  # how often the list, a job's page and the queues are re-read for their streams
 NAMESPACES_TTL_S = 30.0  # how long a user's visible namespaces are kept
+SIMULATED_TTL_S = 30.0  # how long the names of the simulated (KWOK) nodes are kept
 ACTIONS = ("suspend", "resume", "delete")
 PING_S = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
 
@@ -243,6 +246,20 @@ class Dashboard:
         self.reports = [open_report(r, self.reports_dir / str(i)) for i, r in enumerate(settings.reports)]
         self.prometheus = Prometheus.from_settings({"url": settings.prometheus,
                                                     "token_file": settings.prometheus_token_file})
+        self._simulated: tuple[float, frozenset[str]] = (-SIMULATED_TTL_S, frozenset())
+
+    async def simulated(self) -> frozenset[str]:
+        """The names of the cluster's simulated (KWOK) nodes, where a pod "runs" without running: read with the
+        dashboard's own identity every SIMULATED_TTL_S; none where it may not list nodes."""
+        at, names = self._simulated
+        if time.monotonic() - at > SIMULATED_TTL_S:
+            try:
+                nodes = await asyncio.to_thread(self.kube.core.list_node, _request_timeout=10)
+                names = frozenset(n.metadata.name for n in nodes.items if is_kwok(n))
+            except ApiException:
+                names = frozenset()
+            self._simulated = (time.monotonic(), names)
+        return names
 
     # ---- who asks
     def user(self, request: Request) -> User:
@@ -307,6 +324,7 @@ class Dashboard:
             down = not (q.get("sort") == key and q.get("dir") == "desc")
             return "?" + urlencode({**q, "sort": key, "dir": "desc" if down else "asc"})
         return self.page(request, "jobs.html", user, rows=rows, q=q, namespaces=await self.offered(user),
+                         simulated=await self.simulated(),
                          every=await self.visible(user) is None, phases=PHASES, kinds=KINDS,
                          query=request.url.query, sort_url=sort_url)
 
@@ -316,7 +334,8 @@ class Dashboard:
 
         async def render() -> str:
             rows = await self.rows(user, q)
-            return self.templates.get_template("rows.html").render(rows=rows, q=q, PHASE_COLOURS=PHASE_COLOURS)
+            return self.templates.get_template("rows.html").render(rows=rows, q=q, PHASE_COLOURS=PHASE_COLOURS,
+                                                                   simulated=await self.simulated())
         return self._stream(request, {"rows": render})
 
     def _stream(self, request: Request, parts: dict) -> StreamingResponse:
@@ -354,7 +373,7 @@ class Dashboard:
             raise HTTPException(404 if isinstance(err, JobNotFound) else 403 if isinstance(err, Forbidden) else 400,
                                 str(err)) from err
         source.get("metadata", {}).pop("managedFields", None)
-        return self.page(request, "job.html", user, ns=ns, name=name, d=found,
+        return self.page(request, "job.html", user, ns=ns, name=name, d=found, simulated=await self.simulated(),
                          config=yaml.safe_dump(source, sort_keys=False),
                          tab=request.query_params.get("tab", "overview"))
 
@@ -370,7 +389,7 @@ class Dashboard:
                 if kind == "overview":  # the other two parts use the overview's read
                     latest["d"] = await user.client.describe(name, ns)
                 return tpl[kind].render(d=latest["d"], ns=ns, name=name, PHASE_COLOURS=PHASE_COLOURS,
-                                        age=age, seconds=seconds)
+                                        age=age, seconds=seconds, simulated=await self.simulated())
             return render
         return self._stream(request, {k: await part(k) for k in parts})
 

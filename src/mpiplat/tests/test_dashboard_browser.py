@@ -168,6 +168,7 @@ def test_a_job_created_in_the_form_runs_on_the_real_node_and_its_log_streams(ser
     shot(page, "details", tmp_path)
     page.click("[data-tab=workers]")
     expect(page.locator("#workers")).to_contain_text("real-0")
+    assert page.locator("#workers .simulated").count() == 0  # real pods are not marked simulated
     page.click("[data-tab=metrics]")  # cAdvisor's samples of the real pods, scraped every 5 s
     memory = page.locator("#metrics svg[data-panel='Memory (MiB)'] polyline")
     expect(memory.first).to_be_attached(timeout=30_000)
@@ -243,6 +244,8 @@ def test_queued_jobs_show_their_position(served, page, namespace, kube, tmp_path
         playwright.expect(page.locator(f"tr[data-job='{namespace}/q2'] .waiting")).to_contain_text(
             "1 job(s) ahead of it in LocalQueue team")
         playwright.expect(page.locator(f"tr[data-job='{namespace}/q0']")).to_have_attribute("data-phase", "Running")
+        # On KWOK nodes it "runs" without running: the list says so.
+        playwright.expect(page.locator(f"tr[data-job='{namespace}/q0'] .simulated")).to_have_count(1)
         shot(page, "list", tmp_path)
         page.goto(f"{served.url}/queues")
         pending = page.locator(f"tr[data-queue='{cq}'] ol.pending li")
