@@ -57,7 +57,8 @@ def extra_grants(pods) -> list[str]:
             if (scc := (p.metadata.annotations or {}).get(jobs.SCC_ANNOTATION)) and scc not in RESTRICTED_SCCS]
 
 
-def _no_extra_grant(ns: str, name: str, pods) -> None:
+def no_extra_grant(ns: str, name: str, pods) -> None:
+    """Fails naming the pods of job `ns/name` that were admitted with an extra grant (extra_grants)."""
     granted = extra_grants(pods)
     if granted:
         raise AssertionError(f"{ns}/{name}: pods admitted with an extra grant: {', '.join(granted)}; every job's "
@@ -82,9 +83,9 @@ def run_whoami_job(kube: Kube, spec: jobs.MPIJob, expect_uid: int, timeout: floa
         workers = wait_pods(kube, ns, f"{JOB_LABEL}={name},{ROLE_LABEL}=worker",
                             lambda pods: running(pods) or pull_failure(pods) or _failed_container(pods), timeout=120)
     except TimeoutError as err:
-        _no_extra_grant(ns, name, kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items)
+        no_extra_grant(ns, name, kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items)
         raise AssertionError(f"{ns}/{name}: the workers did not run: {err}\n{diagnose(kube, ns, name)}") from err
-    _no_extra_grant(ns, name, workers)  # before what a looser SCC lets happen (another UID, a failure)
+    no_extra_grant(ns, name, workers)  # before what a looser SCC lets happen (another UID, a failure)
     if pull_failure(workers):
         raise AssertionError(f"{ns}/{name}: the workers cannot pull image {spec.image}: {diagnose(kube, ns, name)}")
     if not running(workers) or _failed_container(workers):

@@ -201,28 +201,24 @@ _POD_DEFAULTS = (
 
 def _forbidden(kind: str, path: str) -> str:
     """CEL: restricted-v2's complaints about what the containers of `kind` ask for: privileged, escalation, added
-    capabilities, host ports."""
-    items = _containers(kind)
-    sc = f"has({items}[i].securityContext)"
+    capabilities, host ports (`$c.`: the container, as in _each)."""
     where = f"'.{path}[' + string(i) + ']."
-
-    def each(when: str, message: str) -> str:
-        return f"{_INDICES}.filter(i, i < size({items}) && {when}).map(i, {where}{message})"
+    others = f"filter(a, !(a in {list(ALLOWED_CAPABILITIES)}))"
     return " + ".join([
-        each(f"{sc} && has({items}[i].securityContext.privileged) && {items}[i].securityContext.privileged",
-             "privileged: Invalid value: true: Privileged containers are not allowed'"),
-        each(f"{sc} && has({items}[i].securityContext.allowPrivilegeEscalation) && "
-             f"{items}[i].securityContext.allowPrivilegeEscalation",
-             "allowPrivilegeEscalation: Invalid value: true: Allowing privilege escalation for containers is not "
-             "allowed'"),
-        each(f"{sc} && has({items}[i].securityContext.capabilities) && "
-             f"has({items}[i].securityContext.capabilities.add) && {items}[i].securityContext.capabilities.add"
-             f".exists(a, !(a in {list(ALLOWED_CAPABILITIES)}))",
-             f"capabilities.add: Invalid value: \"' + {items}[i].securityContext.capabilities.add.filter(a, "
-             f"!(a in {list(ALLOWED_CAPABILITIES)}))[0] + '\": capability may not be added'"),
-        each(f"has({items}[i].ports) && {items}[i].ports.exists(p, has(p.hostPort) && p.hostPort != 0)",
-             f"hostPort: Invalid value: ' + string({items}[i].ports.filter(p, has(p.hostPort) && "
-             "p.hostPort != 0)[0].hostPort) + ': Host ports are not allowed to be used'"),
+        _each(kind, "has($c.securityContext) && has($c.securityContext.privileged) && $c.securityContext.privileged",
+              f"{where}privileged: Invalid value: true: Privileged containers are not allowed'"),
+        _each(kind, "has($c.securityContext) && has($c.securityContext.allowPrivilegeEscalation) && "
+                    "$c.securityContext.allowPrivilegeEscalation",
+              f"{where}allowPrivilegeEscalation: Invalid value: true: Allowing privilege escalation for containers "
+              "is not allowed'"),
+        _each(kind, "has($c.securityContext) && has($c.securityContext.capabilities) && "
+                    f"has($c.securityContext.capabilities.add) && $c.securityContext.capabilities.add"
+                    f".exists(a, !(a in {list(ALLOWED_CAPABILITIES)}))",
+              f"{where}capabilities.add: Invalid value: \"' + $c.securityContext.capabilities.add.{others}[0] + "
+              "'\": capability may not be added'"),
+        _each(kind, "has($c.ports) && $c.ports.exists(p, has(p.hostPort) && p.hostPort != 0)",
+              f"{where}hostPort: Invalid value: ' + string($c.ports.filter(p, has(p.hostPort) && "
+              "p.hostPort != 0)[0].hostPort) + ': Host ports are not allowed to be used'"),
     ])
 
 

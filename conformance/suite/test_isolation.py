@@ -17,6 +17,7 @@ from mpiplat.conformance.health import api_message
 from mpiplat.conformance.placement import Placement, pod_spec
 from mpiplat.conformance.watch import JOB_LABEL, ROLE_LABEL, all_running, submit_job, wait_pods
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, label_selector, label_selects
+from mpiplat.sdk import replica_pod
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 # What a job pod's ServiceAccount may not do in its namespace: (verb, API group, resource, subresource).
@@ -445,11 +446,6 @@ def test_network_policies_are_enforced_for_a_running_job(kube, run, settings, pl
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
-def _dry_run_refusal(kube, ns: str, pod: dict) -> str:
-    """The API server's refusal of `pod` in `ns` (a server-side dry run: nothing is created); "" if admitted."""
-    return _dry_run_object(kube, ns, pod)
-
-
 @pytest.mark.requirement("ISO-05")
 @pytest.mark.read_only
 def test_team_namespaces_enforce_pod_security_restricted(kube, settings):
@@ -465,7 +461,7 @@ def test_team_namespaces_enforce_pod_security_restricted(kube, settings):
                          f"{level or 'nothing (no ' + PSA_ENFORCE + ' label)'}, not restricted: set the tenancy "
                          "role's pod security level (mpi-tenant chart namespace.podSecurity.enforce) to restricted")
             continue
-        refusal = _dry_run_refusal(kube, team.namespace, {
+        refusal = _dry_run_object(kube, team.namespace, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mpiplat-iso05-privileged"},
             "spec": {"containers": [{"name": "probe", "image": settings.images["OpenMPI"],
                                      "securityContext": {"privileged": True}}]}})
@@ -512,16 +508,10 @@ def _operator_objects(manifest: dict) -> list[tuple[str, dict]]:
     """What mpi-operator creates for an MPIJob (the objects a ResourceQuota, LimitRange or policy may refuse), as
     (what, object) with the operator's names."""
     name = manifest["metadata"]["name"]
-    out = []
-    for role in ("Worker", "Launcher"):
-        template = manifest["spec"]["mpiReplicaSpecs"][role]["template"]
-        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
-               "metadata": {"name": f"{name}-{role.lower()}{'-0' if role == 'Worker' else ''}",
-                            "labels": (template.get("metadata") or {}).get("labels") or {}}}
-        out.append((f"a {role.lower()} pod", pod))
+    out = [(f"a {replica.lower()} pod", replica_pod(manifest, replica)) for replica in ("Worker", "Launcher")]
     launcher = out[-1][1]
     out += [("its launcher Job", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{name}-launcher"},
-                                  "spec": {"template": {"metadata": {"labels": launcher["metadata"]["labels"]},
+                                  "spec": {"template": {"metadata": {"labels": launcher["metadata"].get("labels", {})},
                                                         "spec": {**launcher["spec"], "restartPolicy": "Never"}}}}),
             ("its workers' Service", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
                                       "spec": {"clusterIP": "None", "selector": {JOB_LABEL: name}}}),
@@ -567,9 +557,8 @@ def _queue_problems(kube, team, needs: dict[str, float]) -> list[str]:
     if lq is None:
         return [f"team {team.name}: its LocalQueue {team.queue} does not exist in {team.namespace}"]
     wrong = []
-    policy = (lq.get("spec") or {}).get("stopPolicy") or "None"
-    if policy != "None":
-        wrong.append(f"team {team.name}: its LocalQueue {team.queue} is held (stopPolicy: {policy}): it admits no job")
+    if why := queues.held(lq):
+        wrong.append(f"team {team.name}: its LocalQueue {team.queue} {why}: it admits no job")
     name = lq["spec"].get("clusterQueue", "")
     cq = kube.find(CLUSTERQUEUE, name)
     if cq is None:
@@ -623,8 +612,7 @@ def test_mpijob_runs_as_an_arbitrary_uid_with_group_0_under_restricted(kube, run
     found, took = identity.run_whoami_job(kube, spec, uid)
     assert found["gids"] == [0, 0], f"the ranks ran with groups {found['gids']}, not 0: {found}"
     pods = kube.core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items
-    granted = identity.extra_grants(pods)
-    assert not granted, f"pods admitted with an extra grant: {', '.join(granted)}"
+    identity.no_extra_grant(ns, name, pods)  # the launcher's too
     if assigned:  # the cluster's UID, written into each container as OpenShift's SCC admission writes it
         other = [f"{p.metadata.name}/{c.name} runAsUser {c.security_context.run_as_user}" for p in pods
                  for c in p.spec.containers if c.security_context and c.security_context.run_as_user not in (None, uid)]

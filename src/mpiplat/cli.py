@@ -177,6 +177,7 @@ def _diagnose(args) -> int:
 
 def _dashboard(args) -> int:
     from mpiplat.dashboard.app import Settings, serve
+    from mpiplat.dashboard.security import DEFAULT_HOSTS
 
     kubeconfig, prometheus = args.kubeconfig, args.prometheus
     if args.local:
@@ -189,7 +190,7 @@ def _dashboard(args) -> int:
     settings = Settings(kubeconfig=kubeconfig, context=args.context, auth=args.auth, user_header=args.user_header,
                         groups_header=args.groups_header, namespaces=args.namespaces, reports=args.report,
                         prometheus=prometheus, prometheus_token_file=args.prometheus_token_file,
-                        allowed_hosts=["127.0.0.1", "localhost", *args.allowed_hosts],
+                        allowed_hosts=[*DEFAULT_HOSTS, *args.allowed_hosts],
                         token=os.environ.get("MPIPLAT_DASHBOARD_TOKEN") if args.auth == "kubeconfig" else None)
     try:
         settings.check()

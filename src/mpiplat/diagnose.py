@@ -369,13 +369,12 @@ def _kueue_remedy(message: str, namespace: str, cq: str, local_queue: str) -> st
 def _local_queue_held(kube: Kube, namespace: str, name: str) -> tuple[str, str] | None:
     """(cause, remedy) where LocalQueue `name` is held by its stopPolicy; None otherwise, or where unreadable."""
     try:
-        lq = kube.find(LOCALQUEUE, name, namespace) if name else None
+        why = queues.held(kube.find(LOCALQUEUE, name, namespace) if name else None)
     except ApiException:
         return None
-    policy = ((lq or {}).get("spec") or {}).get("stopPolicy") or "None"
-    if policy == "None":
+    if why is None:
         return None
-    return (f"queued: LocalQueue {namespace}/{name} is held (stopPolicy: {policy}): it admits no job",
+    return (f"queued: LocalQueue {namespace}/{name} {why}: it admits no job",
             f"release it when its owner agrees: kubectl -n {namespace} patch localqueue {name} --type=merge "
             "-p '{\"spec\":{\"stopPolicy\":\"None\"}}'")
 
@@ -462,8 +461,13 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESO
 
     replicas = (job.get("spec") or {}).get("mpiReplicaSpecs") or {}
     expected = sum(int((r or {}).get("replicas", 1)) for r in replicas.values())
+    events = None  # the namespace's events, listed once where a check below needs them
     if kind == "MPIJob" and len(pods) < expected and state not in ("Succeeded", "Complete"):
-        refused = _refused_pods(kube, namespace, name, (job.get("metadata") or {}).get("uid"))
+        try:
+            events = kube.core.list_namespaced_event(namespace).items
+        except ApiException:  # who may not read events gets the checks that need none
+            events = None
+        refused = _refused_pods(events or [], name, (job.get("metadata") or {}).get("uid"))
         if refused:
             return Diagnosis(job_ref, state, refused[0], refused[1], details)
     if kind == "MPIJob" and state != "Suspended" and not (job.get("spec", {}).get("runPolicy") or {}).get("suspend"):
@@ -474,7 +478,8 @@ def diagnose(kube: Kube, namespace: str, name: str, gpu_resource: str = GPU_RESO
         return Diagnosis(job_ref, state, "the MPI Operator has not picked up the job (no status, no pods)",
                          "check that the MPI Operator runs (kubectl get pods -A -l app=mpi-operator) and read its log",
                          details)
-    events = kube.core.list_namespaced_event(namespace).items
+    if events is None:
+        events = kube.core.list_namespaced_event(namespace).items
     claims = _pending_claims(kube, namespace, pods, events)
     if claims:
         return Diagnosis(job_ref, state,
@@ -514,14 +519,10 @@ _REFUSAL_WORDS = (("exceeded quota", "a ResourceQuota", "ask for less, or raise 
                    "decides"))
 
 
-def _refused_pods(kube: Kube, namespace: str, name: str, uid: str | None = None) -> tuple[str, str] | None:
-    """(cause, remedy) where the API server refused the pods of MPIJob `name` (mpi-operator's events on the MPIJob,
-    the Job controller's on its launcher Job): SCC, Pod Security, quota, LimitRange, a webhook or policy, named in
-    their own words."""
-    try:
-        events = kube.core.list_namespaced_event(namespace).items
-    except ApiException:
-        return None
+def _refused_pods(events: list, name: str, uid: str | None = None) -> tuple[str, str] | None:
+    """(cause, remedy) where the API server refused the pods of MPIJob `name`, by the namespace's `events`
+    (mpi-operator's on the MPIJob, the Job controller's on its launcher Job): SCC, Pod Security, quota, LimitRange, a
+    webhook or policy, named in their own words."""
     mine = {("MPIJob", name), ("Job", f"{name}-launcher")}
     refusals = [e for e in events if (e.involved_object.kind, e.involved_object.name) in mine
                 and "forbidden" in (e.message or "")

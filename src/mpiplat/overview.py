@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mpiplat.jobs import GPU_RESOURCE, JOB_LABEL, ROLE_LABEL, MPIJob
 from mpiplat.kube import CLUSTERQUEUE, LOCALQUEUE, MPIJOB, TRAINJOB, WORKLOAD, Kind, Kube, condition, has_condition
-from mpiplat.queues import capacity
+from mpiplat.queues import capacity, held
 
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on a TrainJob's pods (its JobSet has the TrainJob's name)
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
@@ -175,21 +175,20 @@ def summaries(kube: Kube, namespace: str | None, kinds: tuple[str, ...] = KINDS,
     # Each row with its job's Workload (the rows were made in the order of these objects).
     queued = [(row, wl) for row, obj in zip(rows, found.get("MPIJob", []) + found.get("TrainJob", []), strict=True)
               if (wl := by_owner.get(obj["metadata"]["uid"])) is not None]
-    pending_queues = set()
     for row, wl in queued:
         row.queue = wl["spec"].get("queueName") or row.queue
         row.cluster_queue = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        if not has_condition(wl, "QuotaReserved") and not row.finished:
-            pending_queues.add((row.namespace, row.queue))
+    pending = [(row, wl) for row, wl in queued if not has_condition(wl, "QuotaReserved") and not row.finished]
+    pending_queues = {(row.namespace, row.queue) for row, _ in pending}
     positions = _positions(kube, pending_queues, found["workloads"])
-    held = _held_queues(kube, pending_queues)
     for row, wl in queued:
         row.position = positions.get((row.namespace, wl["metadata"]["name"]))
-        if (row.namespace, row.queue) in pending_queues and not has_condition(wl, "QuotaReserved") and not row.finished:
-            kueue = (condition(wl, "QuotaReserved") or {}).get("message", "")
-            ours = held.get((row.namespace, row.queue), "")
-            behind = f"{row.position} job(s) ahead of it in LocalQueue {row.queue}" if row.position else ""
-            row.waiting = "; ".join(p for p in (ours, f"Kueue: {kueue}" if kueue else behind) if p)
+    holds = _held_queues(kube, pending_queues)
+    for row, wl in pending:
+        kueue = (condition(wl, "QuotaReserved") or {}).get("message", "")
+        behind = f"{row.position} job(s) ahead of it in LocalQueue {row.queue}" if row.position else ""
+        row.waiting = "; ".join(p for p in (holds.get((row.namespace, row.queue), ""),
+                                            f"Kueue: {kueue}" if kueue else behind) if p)
     rows.sort(key=lambda r: r.created or "", reverse=True)
     return rows
 
@@ -200,12 +199,11 @@ def _held_queues(kube: Kube, queues: set[tuple[str, str]]) -> dict[tuple[str, st
     out = {}
     for ns, name in queues:
         try:
-            lq = kube.find(LOCALQUEUE, name, ns) if name else None
+            why = held(kube.find(LOCALQUEUE, name, ns) if name else None)
         except ApiException:
             continue
-        policy = ((lq or {}).get("spec") or {}).get("stopPolicy") or "None"
-        if policy != "None":
-            out[(ns, name)] = f"LocalQueue {name} is held (stopPolicy: {policy})"
+        if why:
+            out[(ns, name)] = f"LocalQueue {name} {why}"
     return out
 
 

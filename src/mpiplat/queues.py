@@ -43,12 +43,17 @@ class GpuCapacity:
         return self.nominal + self.borrow_ceiling
 
 
+def held(queue: dict | None) -> str | None:
+    """"is held (stopPolicy: Hold)" where a ClusterQueue's or LocalQueue's stopPolicy holds it; None otherwise."""
+    policy = ((queue or {}).get("spec") or {}).get("stopPolicy") or "None"
+    return None if policy == "None" else f"is held (stopPolicy: {policy})"
+
+
 def admits_nothing(cq: dict) -> tuple[str, str] | None:
     """("held" or "inactive", why) where ClusterQueue `cq` admits no job whatever its quota: held by its
     stopPolicy, or not Active (e.g. a ResourceFlavor it names is missing); None otherwise."""
-    policy = (cq.get("spec") or {}).get("stopPolicy") or "None"
-    if policy != "None":
-        return "held", f"is held (stopPolicy: {policy})"
+    if why := held(cq):
+        return "held", why
     active = condition(cq, "Active")
     if active is None or active.get("status") != "True":
         return "inactive", (f"is inactive ({(active or {}).get('reason', 'no Active condition')}: "

@@ -159,8 +159,10 @@ def _log_line(pod: str, raw: str) -> LogLine:
 # ---------------------------------------------------------------- pod admission refusals
 REPLICAS = ("Launcher", "Worker")
 
-def _dry_run_pod(manifest: dict, replica: str) -> dict | None:
-    """The Pod the operator would create from a replica's template (None if the job has no such replica)."""
+
+def replica_pod(manifest: dict, replica: str) -> dict | None:
+    """The Pod the operator would create from a replica's template, for a dry run (None if the job has no such
+    replica)."""
     spec = manifest["spec"]["mpiReplicaSpecs"].get(replica)
     if not spec:
         return None
@@ -281,7 +283,7 @@ class Client:
         refused: dict[str, tuple[str, list[str]]] = {}
         messages: dict[str, str] = {}
         for replica in REPLICAS:
-            pod = _dry_run_pod(manifest, replica)
+            pod = replica_pod(manifest, replica)
             if pod is None:
                 continue
             try:
